@@ -1,0 +1,99 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+    name: "risc-receiver",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "risc-receiver", targets: ["risc-receiver"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+    ],
+    targets: [
+        // Pure protocol core: SET claims, events, subjects, validation, token identifiers. No I/O.
+        .target(
+            name: "RISC",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // Discovery + JWKS fetching and caching; SET verification on top of jwt-kit.
+        .target(
+            name: "RISCKeys",
+            dependencies: [
+                "RISC",
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // PostgreSQL: migrations, the event inbox with batched group commit.
+        .target(
+            name: "RISCStore",
+            dependencies: [
+                "RISC",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // Hummingbird routes and buildApplication.
+        .target(
+            name: "RISCServer",
+            dependencies: [
+                "RISC", "RISCKeys", "RISCStore",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Configuration", package: "swift-configuration"),
+            ]
+        ),
+        // Local stand-in for Google: discovery, JWKS with rotation, SET signing and sending.
+        .target(
+            name: "DevTransmitter",
+            dependencies: [
+                "RISC",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
+        .executableTarget(
+            name: "risc-receiver",
+            dependencies: [
+                "RISC", "RISCKeys", "RISCStore", "RISCServer", "DevTransmitter",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "RISCTests",
+            dependencies: ["RISC"],
+            resources: [.copy("Fixtures")]
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "RISC", "RISCKeys", "RISCStore", "RISCServer", "DevTransmitter",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            ]
+        ),
+    ]
+)

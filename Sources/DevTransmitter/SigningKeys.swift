@@ -1,0 +1,74 @@
+import Crypto
+import CryptoExtras
+import Foundation
+import JWTKit
+import RISC
+import Synchronization
+
+/// The transmitter's RSA signing keys. The newest signs; older ones stay published until retired,
+/// as a real transmitter does during rotation.
+final class SigningKeys: Sendable {
+    struct Key: Sendable {
+        let kid: String
+        let privateKey: JWTKit.Insecure.RSA.PrivateKey
+        let collection: JWTKeyCollection
+    }
+
+    private let keys = Mutex<[Key]>([])
+
+    init() async throws {
+        _ = try await rotate(retireOld: false)
+    }
+
+    var current: Key { keys.withLock { $0.last! } }
+
+    /// Makes a new signing key; with `retireOld`, stops publishing the previous ones.
+    @discardableResult
+    func rotate(retireOld: Bool) async throws -> String {
+        let backing = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        let privateKey = try JWTKit.Insecure.RSA.PrivateKey(backing: backing)
+        let kid = "dev-" + UUID().uuidString.lowercased().prefix(8)
+        let collection = JWTKeyCollection()
+        await collection.add(rsa: privateKey, digestAlgorithm: .sha256, kid: JWKIdentifier(string: kid))
+        let key = Key(kid: kid, privateKey: privateKey, collection: collection)
+        keys.withLock { keys in
+            if retireOld { keys.removeAll() }
+            keys.append(key)
+        }
+        return kid
+    }
+
+    /// The published JWKS.
+    func jwks() throws -> JSONValue {
+        let published = keys.withLock { $0 }
+        return .object([
+            "keys": .array(
+                try published.map { key in
+                    let primitives = try key.privateKey.publicKey.getKeyPrimitives()
+                    return .object([
+                        "kty": .string("RSA"), "alg": .string("RS256"), "use": .string("sig"), "kid": .string(key.kid),
+                        "n": .string(Base64Lenient.urlEncoded(primitives.modulus)),
+                        "e": .string(Base64Lenient.urlEncoded(primitives.publicExponent)),
+                    ])
+                })
+        ])
+    }
+
+    /// Signs arbitrary claims with the current key. `headerOverrides` may set `typ` or replace `kid`.
+    func sign(claims: JSONValue, typ: String? = "secevent+jwt", kid kidOverride: String? = nil) async throws -> String {
+        let key = current
+        var header = JWTHeader()
+        header.typ = typ
+        header.kid = kidOverride ?? key.kid
+        return try await key.collection.sign(RawClaims(value: claims), kid: JWKIdentifier(string: key.kid), header: header)
+    }
+}
+
+/// Any JSON object as a JWT payload.
+struct RawClaims: JWTPayload {
+    var value: JSONValue
+    init(value: JSONValue) { self.value = value }
+    init(from decoder: any Decoder) throws { value = try JSONValue(from: decoder) }
+    func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}

@@ -1,0 +1,39 @@
+/// The event types this receiver understands, by their URIs (RISC, OAuth, CAEP, SSF).
+public enum EventType: String, Sendable, CaseIterable, Codable {
+    case sessionsRevoked = "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked"
+    case tokensRevoked = "https://schemas.openid.net/secevent/oauth/event-type/tokens-revoked"
+    case tokenRevoked = "https://schemas.openid.net/secevent/oauth/event-type/token-revoked"
+    case accountDisabled = "https://schemas.openid.net/secevent/risc/event-type/account-disabled"
+    case accountEnabled = "https://schemas.openid.net/secevent/risc/event-type/account-enabled"
+    case accountCredentialChangeRequired =
+        "https://schemas.openid.net/secevent/risc/event-type/account-credential-change-required"
+    case verification = "https://schemas.openid.net/secevent/risc/event-type/verification"
+    case caepSessionRevoked = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
+    case caepCredentialChange = "https://schemas.openid.net/secevent/caep/event-type/credential-change"
+    case ssfVerification = "https://schemas.openid.net/secevent/ssf/event-type/verification"
+
+    /// The short name operators type (`sessions-revoked`); unique across the known types.
+    public var shortName: String {
+        switch self {
+        case .ssfVerification: "ssf-verification"
+        default: String(rawValue.split(separator: "/").last!)
+        }
+    }
+
+    /// Accepts a full URI or a short name.
+    public init?(uriOrShortName value: String) {
+        if let type = EventType(rawValue: value) {
+            self = type
+        } else if let type = EventType.allCases.first(where: { $0.shortName == value }) {
+            self = type
+        } else {
+            return nil
+        }
+    }
+
+    /// The types Google's RISC stream can be asked to deliver (SPEC §3 plus verification).
+    public static let googleRISCTypes: [EventType] = [
+        .sessionsRevoked, .tokensRevoked, .tokenRevoked, .accountDisabled, .accountEnabled,
+        .accountCredentialChangeRequired, .verification,
+    ]
+}

@@ -1,0 +1,154 @@
+import Foundation
+
+/// What the receiver's configuration says a SET must satisfy.
+public struct SETPolicy: Sendable {
+    /// Algorithms accepted in the JWS header. `none` and every `HS*` are removed whatever is configured:
+    /// a transmitter's SETs are only ever verified with its public keys.
+    public let allowedAlgorithms: Set<String>
+    /// OAuth client IDs; `aud` must name at least one.
+    public let audiences: Set<String>
+    /// How far in the future `iat` may lie (clock skew).
+    public let maxFutureIssuedAt: TimeInterval
+
+    public init(allowedAlgorithms: Set<String> = ["RS256"], audiences: Set<String>, maxFutureIssuedAt: TimeInterval = 300) {
+        self.allowedAlgorithms = allowedAlgorithms.filter { !Self.isAlwaysRefused($0) }
+        self.audiences = audiences
+        self.maxFutureIssuedAt = maxFutureIssuedAt
+    }
+
+    public static func isAlwaysRefused(_ alg: String) -> Bool {
+        alg.lowercased() == "none" || alg.uppercased().hasPrefix("HS")
+    }
+}
+
+/// A SET that is well-formed (RFC 8417) but whose signature, issuer and audience are not yet checked.
+public struct SecurityEventToken: Sendable {
+    public struct Header: Sendable {
+        public var alg: String
+        public var kid: String
+        public var typ: String?
+    }
+
+    public let header: Header
+    public let issuer: String
+    public let issuedAt: Date
+    public let jti: String
+    public let audience: [String]
+    public let events: [SecurityEvent]
+    /// The payload JSON exactly as signed (no signature), kept as the stored record of the claims.
+    public let payloadJSON: Data
+
+    static let acceptedTypValues: Set<String> = ["secevent+jwt", "application/secevent+jwt", "jwt"]
+
+    /// Parses a compact JWS and checks everything that does not need a key: structure, header, algorithm,
+    /// required claims and their types, and `iat` not too far in the future.
+    public static func parse(compact token: String, policy: SETPolicy, now: Date) throws(SETRejection) -> SecurityEventToken {
+        let segments = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty, !segments[2].isEmpty else {
+            throw .invalidRequest("the body is not a compact JWS (three base64url segments)")
+        }
+        guard let headerData = Base64Lenient.decodeJWSSegment(segments[0]),
+            let payloadData = Base64Lenient.decodeJWSSegment(segments[1]),
+            Base64Lenient.decodeJWSSegment(segments[2]) != nil
+        else {
+            throw .invalidRequest("a JWS segment is not valid base64url")
+        }
+        let header = try parseHeader(headerData, policy: policy)
+        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: payloadData), let claims = payload.objectValue
+        else {
+            throw .invalidRequest("the payload is not a JSON object")
+        }
+        guard !payload.containsNUL else {
+            throw .invalidRequest("the payload contains a NUL character")
+        }
+
+        guard let iss = claims["iss"] else { throw .invalidRequest("the iss claim is missing") }
+        guard let issuer = iss.stringValue else { throw .invalidRequest("the iss claim is not a string") }
+        guard let iat = claims["iat"] else { throw .invalidRequest("the iat claim is missing") }
+        guard case .number(let iatSeconds) = iat, iatSeconds.isFinite else {
+            throw .invalidRequest("the iat claim is not a NumericDate")
+        }
+        let issuedAt = Date(timeIntervalSince1970: iatSeconds)
+        guard issuedAt.timeIntervalSince(now) <= policy.maxFutureIssuedAt else {
+            throw .invalidRequest("the iat claim is too far in the future")
+        }
+        guard let jtiValue = claims["jti"] else { throw .invalidRequest("the jti claim is missing") }
+        guard let jti = jtiValue.stringValue, !jti.isEmpty else {
+            throw .invalidRequest("the jti claim is not a non-empty string")
+        }
+
+        let audience: [String]
+        switch claims["aud"] {
+        case .string(let value): audience = [value]
+        case .array(let values):
+            let strings = values.compactMap(\.stringValue)
+            guard strings.count == values.count else { throw .invalidRequest("the aud claim holds a non-string") }
+            audience = strings
+        case .none: audience = []
+        default: throw .invalidRequest("the aud claim is neither a string nor an array of strings")
+        }
+
+        guard let eventsValue = claims["events"] else { throw .invalidRequest("the events claim is missing") }
+        guard let eventMembers = eventsValue.objectValue else { throw .invalidRequest("the events claim is not an object") }
+        guard !eventMembers.isEmpty else { throw .invalidRequest("the events claim is empty") }
+        let topLevelSubject = claims["sub_id"].flatMap(Subject.init(json:))
+        var events: [SecurityEvent] = []
+        // Sorted so a SET with several event types decodes the same way every time.
+        for (uri, body) in eventMembers.sorted(by: { $0.key < $1.key }) {
+            guard let bodyObject = body.objectValue else {
+                throw .invalidRequest("a member of the events claim is not an object")
+            }
+            events.append(SecurityEvent(typeURI: uri, body: bodyObject, topLevelSubject: topLevelSubject))
+        }
+
+        return SecurityEventToken(
+            header: header, issuer: issuer, issuedAt: issuedAt, jti: jti, audience: audience, events: events,
+            payloadJSON: payloadData)
+    }
+
+    private static func parseHeader(_ data: Data, policy: SETPolicy) throws(SETRejection) -> Header {
+        guard let header = try? JSONDecoder().decode(JSONValue.self, from: data).objectValue else {
+            throw .invalidRequest("the JWS header is not a JSON object")
+        }
+        if let typ = header["typ"] {
+            guard let value = typ.stringValue, acceptedTypValues.contains(value.lowercased()) else {
+                throw .invalidRequest("the typ header is not secevent+jwt")
+            }
+        }
+        guard let alg = header["alg"]?.stringValue else {
+            throw .invalidRequest("the alg header is missing")
+        }
+        guard policy.allowedAlgorithms.contains(alg) else {
+            throw .invalidKey("the signing algorithm is not accepted")
+        }
+        if header["crit"] != nil {
+            // No extension header is understood, so a critical one can never be honoured (RFC 7515 §4.1.11).
+            throw .invalidRequest("the JWS header has a crit parameter this receiver does not understand")
+        }
+        guard let kid = header["kid"]?.stringValue, !kid.isEmpty else {
+            throw .invalidKey("the kid header is missing")
+        }
+        return Header(alg: alg, kid: kid, typ: header["typ"]?.stringValue)
+    }
+
+    /// Checks the claims that only make sense once the signature is verified.
+    public func checkIssuerAndAudience(expectedIssuer: String, policy: SETPolicy) throws(SETRejection) {
+        guard issuer == expectedIssuer else {
+            throw SETRejection(.invalidIssuer, "the issuer is not the configured transmitter")
+        }
+        guard !audience.isEmpty else {
+            throw SETRejection(.invalidAudience, "the aud claim is missing")
+        }
+        guard audience.contains(where: policy.audiences.contains) else {
+            throw SETRejection(.invalidAudience, "the audience is not one of this receiver's client IDs")
+        }
+    }
+
+    /// The first recognised event, which decides what the SET does; nil when all are unknown.
+    public var primaryEvent: SecurityEvent? {
+        events.first { $0.type != nil }
+    }
+
+    /// True when no event is of a type this receiver acts on: such SETs are stored and marked ignored.
+    public var isIgnored: Bool { primaryEvent == nil }
+}

@@ -1,0 +1,98 @@
+/// Who an event is about. Google's legacy RISC form (`subject_type`) and the Shared Signals
+/// form (`format`) both decode into this one model.
+public enum Subject: Sendable, Equatable {
+    /// `iss-sub` (RISC) or `iss_sub` (SSF): the user's Google `sub`.
+    case issuerAndSubject(iss: String, sub: String)
+    /// `id_token_claims` (RISC): `iss` and `sub`, sometimes `email`.
+    case idTokenClaims(iss: String, sub: String, email: String?)
+    /// `oauth_token` (RISC): one refresh token, identified by prefix or double hash.
+    case oauthToken(tokenType: String, identifier: TokenIdentifier)
+    /// `email` (SSF): never enough to match a user on its own.
+    case email(String)
+    /// `opaque` (SSF).
+    case opaque(String)
+    /// Any other shape, kept only in the raw claims.
+    case unrecognized(format: String?)
+
+    /// The Google account `sub` this subject names, if it names one. Email alone never counts.
+    public var googleSubject: String? {
+        switch self {
+        case .issuerAndSubject(_, let sub), .idTokenClaims(_, let sub, _): sub
+        default: nil
+        }
+    }
+
+    /// Parses one subject object; nil when the value is not an object at all.
+    public init?(json: JSONValue) {
+        guard let object = json.objectValue else { return nil }
+        let kind = object["subject_type"]?.stringValue ?? object["format"]?.stringValue
+        let iss = object["iss"]?.stringValue
+        let sub = object["sub"]?.stringValue
+        switch kind {
+        case "iss-sub", "iss_sub":
+            guard let iss, let sub else { self = .unrecognized(format: kind); return }
+            self = .issuerAndSubject(iss: iss, sub: sub)
+        case "id_token_claims":
+            guard let iss, let sub else { self = .unrecognized(format: kind); return }
+            self = .idTokenClaims(iss: iss, sub: sub, email: object["email"]?.stringValue)
+        case "oauth_token":
+            guard let alg = object["token_identifier_alg"]?.stringValue,
+                let token = object["token"]?.stringValue,
+                let identifier = TokenIdentifier(algorithm: alg, value: token)
+            else { self = .unrecognized(format: kind); return }
+            self = .oauthToken(tokenType: object["token_type"]?.stringValue ?? "refresh_token", identifier: identifier)
+        case "email":
+            guard let email = object["email"]?.stringValue else { self = .unrecognized(format: kind); return }
+            self = .email(email)
+        case "opaque":
+            guard let id = object["id"]?.stringValue else { self = .unrecognized(format: kind); return }
+            self = .opaque(id)
+        default:
+            self = .unrecognized(format: kind)
+        }
+    }
+}
+
+extension Subject: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case format, iss, sub, email, id, tokenType = "token_type", tokenIdentifierAlg = "token_identifier_alg", token
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .issuerAndSubject(let iss, let sub):
+            try container.encode("iss_sub", forKey: .format)
+            try container.encode(iss, forKey: .iss)
+            try container.encode(sub, forKey: .sub)
+        case .idTokenClaims(let iss, let sub, let email):
+            try container.encode("id_token_claims", forKey: .format)
+            try container.encode(iss, forKey: .iss)
+            try container.encode(sub, forKey: .sub)
+            try container.encodeIfPresent(email, forKey: .email)
+        case .oauthToken(let tokenType, let identifier):
+            try container.encode("oauth_token", forKey: .format)
+            try container.encode(tokenType, forKey: .tokenType)
+            try container.encode(identifier.algorithm, forKey: .tokenIdentifierAlg)
+            // Only the non-secret identifier is kept: a 16-character prefix or a double hash.
+            try container.encode(identifier.canonicalValue, forKey: .token)
+        case .email(let email):
+            try container.encode("email", forKey: .format)
+            try container.encode(email, forKey: .email)
+        case .opaque(let id):
+            try container.encode("opaque", forKey: .format)
+            try container.encode(id, forKey: .id)
+        case .unrecognized(let format):
+            try container.encode(format ?? "unrecognized", forKey: .format)
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let json = try JSONValue(from: decoder)
+        guard var object = json.objectValue else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "subject"))
+        }
+        if object["format"]?.stringValue == "oauth_token" { object["subject_type"] = .string("oauth_token") }
+        self = Subject(json: .object(object)) ?? .unrecognized(format: nil)
+    }
+}

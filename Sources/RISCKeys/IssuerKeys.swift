@@ -1,0 +1,152 @@
+import AsyncHTTPClient
+import Foundation
+import JWTKit
+import Logging
+
+/// Why no key could be had for a token.
+public enum KeyLookupError: Error, Sendable, Equatable {
+    /// The `kid` is not in the JWKS, even after a refetch (or the refetch is rate-limited), or the key
+    /// does not verify the header's algorithm.
+    case unknownKey
+    /// The discovery document or JWKS could not be fetched and the `kid` is not cached: the sender should retry.
+    case keysUnavailable
+}
+
+/// A key, with the issuer its discovery document names.
+public struct ResolvedKey: Sendable {
+    public let issuer: String
+    public let collection: JWTKeyCollection
+}
+
+/// The discovery document and JWKS of one token issuer (the RISC transmitter, or Google's OpenID provider),
+/// cached for their `Cache-Control: max-age`. An unknown `kid` triggers one refetch, at most once per
+/// `unknownKidRefetchInterval`. Expired keys keep serving while a refresh runs, and after it fails.
+public actor IssuerKeys {
+    public struct Settings: Sendable {
+        public var discoveryURL: String
+        public var allowedAlgorithms: Set<String>
+        public var unknownKidRefetchInterval: TimeInterval = 30
+        /// Used when a response names no `max-age`.
+        public var defaultMaxAge: TimeInterval = 300
+
+        public init(discoveryURL: String, allowedAlgorithms: Set<String>) {
+            self.discoveryURL = discoveryURL
+            self.allowedAlgorithms = allowedAlgorithms
+        }
+    }
+
+    private struct Discovery: Decodable {
+        var issuer: String
+        var jwks_uri: String
+    }
+
+    private let settings: Settings
+    private let httpClient: HTTPClient
+    private let logger: Logger
+    private let clock: @Sendable () -> Date
+
+    private var issuer: String?
+    private var keys = KeySet()
+    private var expiresAt = Date.distantPast
+    private var lastFetchStarted = Date.distantPast
+    private var lastFetchFailed = false
+    private var refresh: Task<Void, any Error>?
+
+    public init(
+        settings: Settings, httpClient: HTTPClient, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.settings = settings
+        self.httpClient = httpClient
+        self.logger = logger
+        self.clock = clock
+    }
+
+    /// True once keys have been loaded at least once.
+    public var isLoaded: Bool { issuer != nil }
+
+    /// The issuer named by the discovery document, loading it if needed.
+    public func currentIssuer() async throws -> String {
+        if let issuer { return issuer }
+        try await refreshNow()
+        guard let issuer else { throw KeyLookupError.keysUnavailable }
+        return issuer
+    }
+
+    /// The key for a token's `kid` and `alg`.
+    public func key(kid: String, alg: String) async throws(KeyLookupError) -> ResolvedKey {
+        let now = clock()
+        if issuer == nil {
+            do { try await refreshNow() } catch { throw .keysUnavailable }
+        } else if now >= expiresAt {
+            startBackgroundRefresh()
+        }
+        if let found = lookup(kid: kid, alg: alg) { return found }
+        if keys.knows(kid: kid) { throw .unknownKey }
+
+        // An unknown kid may be a freshly rotated key: refetch, but not more than once per interval.
+        if now.timeIntervalSince(lastFetchStarted) >= settings.unknownKidRefetchInterval {
+            do { try await refreshNow() } catch { throw .keysUnavailable }
+            if let found = lookup(kid: kid, alg: alg) { return found }
+            throw .unknownKey
+        }
+        throw lastFetchFailed ? .keysUnavailable : .unknownKey
+    }
+
+    private func lookup(kid: String, alg: String) -> ResolvedKey? {
+        guard let issuer, let collection = keys.collection(kid: kid, alg: alg) else { return nil }
+        return ResolvedKey(issuer: issuer, collection: collection)
+    }
+
+    private func startBackgroundRefresh() {
+        guard refresh == nil else { return }
+        let task = Task { try await self.fetch() }
+        refresh = task
+        Task {
+            _ = try? await task.value
+            self.clearRefresh(task)
+        }
+    }
+
+    /// Joins a refresh in progress, or starts one, and waits for it.
+    private func refreshNow() async throws {
+        if let refresh {
+            try await refresh.value
+            return
+        }
+        let task = Task { try await self.fetch() }
+        refresh = task
+        defer { clearRefresh(task) }
+        try await task.value
+    }
+
+    private func clearRefresh(_ task: Task<Void, any Error>) {
+        if refresh == task { refresh = nil }
+    }
+
+    private func fetch() async throws {
+        lastFetchStarted = clock()
+        do {
+            let discoveryDocument = try await httpClient.fetchDocument(settings.discoveryURL)
+            let discovery = try JSONDecoder().decode(Discovery.self, from: discoveryDocument.body)
+            let jwksDocument = try await httpClient.fetchDocument(discovery.jwks_uri)
+            let newKeys = try await KeySet.build(jwksJSON: jwksDocument.body, allowedAlgorithms: settings.allowedAlgorithms)
+            let maxAge = min(
+                discoveryDocument.maxAge ?? settings.defaultMaxAge, jwksDocument.maxAge ?? settings.defaultMaxAge)
+            // Swap in a whole new key set: removing keys from a live jwt-kit collection is unreliable.
+            issuer = discovery.issuer
+            keys = newKeys
+            expiresAt = clock().addingTimeInterval(maxAge)
+            lastFetchFailed = false
+            logger.info(
+                "Loaded signing keys",
+                metadata: ["discovery": "\(settings.discoveryURL)", "keys": "\(newKeys.kids.count)", "max_age": "\(maxAge)"])
+        } catch {
+            lastFetchFailed = true
+            // Keep serving the keys we have; try again in a little while rather than on every request.
+            if issuer != nil { expiresAt = clock().addingTimeInterval(min(10, settings.unknownKidRefetchInterval)) }
+            logger.warning(
+                "Could not load signing keys", metadata: ["discovery": "\(settings.discoveryURL)", "error": "\(error)"])
+            throw error
+        }
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import RISC
+import RISCKeys
+import RISCStore
+
+/// `POST /risc/events`: RFC 8935 push delivery. Verifies the SET, commits it, and only then answers 202.
+public struct ReceiverController<Context: RequestContext>: Sendable {
+    /// SETs are small; anything larger is refused before it is parsed (SPEC §2).
+    public static var maxBodySize: Int { 64 * 1024 }
+
+    let verifier: SETVerifier
+    let inbox: EventInbox
+
+    public init(verifier: SETVerifier, inbox: EventInbox) {
+        self.verifier = verifier
+        self.inbox = inbox
+    }
+
+    public func addRoutes(to router: Router<Context>) {
+        router.post("/risc/events") { request, context in
+            await self.receive(request, context: context)
+        }
+    }
+
+    func receive(_ request: Request, context: Context) async -> Response {
+        var request = request
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: Self.maxBodySize)
+        } catch {
+            return Response(status: .contentTooLarge)
+        }
+        // Any Content-Type is accepted (SPEC §2); surrounding whitespace from hand-made requests is forgiven.
+        let compact = String(buffer: body).trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let token: SecurityEventToken
+        do {
+            token = try await verifier.verify(compact)
+        } catch .rejected(let rejection) {
+            context.logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
+            return JSONResponse.make(status: .badRequest, rejection.body)
+        } catch {
+            context.logger.warning("Rejected a SET for now: the transmitter's keys are unavailable")
+            return Self.retryLater(seconds: 30)
+        }
+
+        do {
+            let outcome = try await inbox.store(InboundEvent(token: token))
+            context.logger.info(
+                "Accepted a SET",
+                metadata: [
+                    "jti": "\(token.jti)", "types": "\(token.events.map(\.shortName).joined(separator: ","))",
+                    "duplicate": "\(outcome == .duplicate)",
+                ])
+            return Response(status: .accepted)
+        } catch EventInbox.Failure.unstorable {
+            return JSONResponse.make(
+                status: .badRequest, SETRejection.invalidRequest("the claims cannot be stored").body)
+        } catch {
+            context.logger.warning("Could not commit a SET; asking the transmitter to retry")
+            return Self.retryLater(seconds: 5)
+        }
+    }
+
+    static func retryLater(seconds: Int) -> Response {
+        var headers = HTTPFields()
+        headers[.retryAfter] = String(seconds)
+        return Response(status: .serviceUnavailable, headers: headers)
+    }
+}
+
+enum JSONResponse {
+    static func make(status: HTTPResponse.Status, _ value: some Encodable) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(data: data)))
+    }
+}

@@ -1,0 +1,233 @@
+import DequeModule
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+import ServiceLifecycle
+import Synchronization
+
+/// A verified SET, ready to be stored.
+public struct InboundEvent: Sendable {
+    public var issuer: String
+    public var jti: String
+    public var eventTypes: [String]
+    public var subjectSub: String?
+    /// The decoded events as JSON (the typed model).
+    public var eventsJSON: String
+    /// The payload exactly as signed.
+    public var claimsJSON: String
+    public var issuedAt: Date
+    /// No event of a known type: stored as `ignored`, never worked on.
+    public var ignored: Bool
+
+    public init(token: SecurityEventToken) {
+        issuer = token.issuer
+        jti = token.jti
+        eventTypes = token.events.map(\.typeURI)
+        subjectSub = token.primaryEvent?.subject?.googleSubject
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        eventsJSON = String(decoding: (try? encoder.encode(token.events)) ?? Data("[]".utf8), as: UTF8.self)
+        claimsJSON = String(decoding: token.payloadJSON, as: UTF8.self)
+        issuedAt = token.issuedAt
+        ignored = token.isIgnored
+    }
+}
+
+/// The durable inbox for SETs, with group commit: concurrent `store` calls are gathered into one
+/// multi-row INSERT, so one fsync covers many SETs. Each caller resumes only after the transaction
+/// holding its row has committed.
+public final class EventInbox: Service, Sendable {
+    public enum Outcome: Sendable, Equatable {
+        case stored
+        /// The (issuer, jti) was already stored: nothing new was written.
+        case duplicate
+    }
+
+    public enum Failure: Error, Sendable, Equatable {
+        /// The database could not commit in time (down, overloaded, shutting down): retry later.
+        case unavailable
+        /// PostgreSQL refused this one row's data (say, a JSON string it cannot hold).
+        case unstorable
+    }
+
+    public struct Settings: Sendable {
+        /// Concurrent INSERTs; each holds one pooled connection while it commits.
+        public var flushers = 4
+        public var maxBatch = 1_000
+        /// How long a batch may wait for the database before its callers get `unavailable`.
+        public var commitTimeout: Duration = .seconds(5)
+        public init() {}
+    }
+
+    private struct Pending: Sendable {
+        var event: InboundEvent
+        var continuation: CheckedContinuation<Outcome, any Error>
+    }
+
+    private struct State {
+        var queue = Deque<Pending>()
+        var idleFlushers: [CheckedContinuation<[Pending], Never>] = []
+        var closed = false
+
+        mutating func takeBatch(max: Int) -> [Pending] {
+            let count = Swift.min(max, queue.count)
+            let batch = Array(queue.prefix(count))
+            queue.removeFirst(count)
+            return batch
+        }
+    }
+
+    private let client: PostgresClient
+    private let settings: Settings
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    public init(client: PostgresClient, settings: Settings = Settings(), logger: Logger) {
+        self.client = client
+        self.settings = settings
+        self.logger = logger
+    }
+
+    /// Stores one event durably; returns once it is committed (or was already there).
+    public func store(_ event: InboundEvent) async throws -> Outcome {
+        try await withCheckedThrowingContinuation { continuation in
+            enum Next { case wait, wake(CheckedContinuation<[Pending], Never>, [Pending]), refuse }
+            let next: Next = state.withLock { state in
+                guard !state.closed else { return .refuse }
+                state.queue.append(Pending(event: event, continuation: continuation))
+                guard let idle = state.idleFlushers.popLast() else { return .wait }
+                return .wake(idle, state.takeBatch(max: settings.maxBatch))
+            }
+            switch next {
+            case .wait: break
+            case .wake(let flusher, let batch): flusher.resume(returning: batch)
+            case .refuse: continuation.resume(throwing: Failure.unavailable)
+            }
+        }
+    }
+
+    public func run() async throws {
+        await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                for _ in 0..<settings.flushers {
+                    group.addTask { await self.flushLoop() }
+                }
+            }
+        } onGracefulShutdown: {
+            self.close()
+        }
+    }
+
+    /// Stops taking new events; what is queued is still committed.
+    public func close() {
+        let idle = state.withLock { state in
+            state.closed = true
+            guard state.queue.isEmpty else { return [CheckedContinuation<[Pending], Never>]() }
+            let idle = state.idleFlushers
+            state.idleFlushers.removeAll()
+            return idle
+        }
+        // Flushers parked with nothing queued wake up to an empty batch and stop.
+        for flusher in idle { flusher.resume(returning: []) }
+    }
+
+    private func flushLoop() async {
+        while true {
+            let batch: [Pending] = await withCheckedContinuation { continuation in
+                let ready: [Pending]? = state.withLock { state in
+                    if !state.queue.isEmpty { return state.takeBatch(max: settings.maxBatch) }
+                    if state.closed { return [] }
+                    state.idleFlushers.append(continuation)
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+            if batch.isEmpty { return }
+            await commit(batch)
+        }
+    }
+
+    private func commit(_ batch: [Pending]) async {
+        do {
+            let stored = try await withTimeout(settings.commitTimeout) {
+                try await self.insert(batch.map(\.event))
+            }
+            for pending in batch {
+                let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)
+                pending.continuation.resume(returning: stored.contains(key) ? .stored : .duplicate)
+            }
+        } catch let error as PSQLError where error.isDataError {
+            guard batch.count > 1 else {
+                logger.warning("A SET could not be stored", metadata: ["jti": "\(batch[0].event.jti)", "error": "\(error.serverInfo?[.message] ?? "")"])
+                batch[0].continuation.resume(throwing: Failure.unstorable)
+                return
+            }
+            // One row's data failed the whole statement: store the others one by one.
+            for pending in batch { await commit([pending]) }
+        } catch {
+            logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(String(reflecting: error))"])
+            for pending in batch { pending.continuation.resume(throwing: Failure.unavailable) }
+        }
+    }
+
+    private struct EventKey: Hashable {
+        var issuer: String
+        var jti: String
+    }
+
+    /// One multi-row INSERT for the whole batch; returns the keys that were new.
+    private func insert(_ events: [InboundEvent]) async throws -> Set<EventKey> {
+        let issuers = events.map(\.issuer)
+        let jtis = events.map(\.jti)
+        let types = events.map { event in
+            String(decoding: (try? JSONEncoder().encode(event.eventTypes)) ?? Data("[]".utf8), as: UTF8.self)
+        }
+        let subs = events.map { $0.subjectSub ?? "" }
+        let decoded = events.map(\.eventsJSON)
+        let claims = events.map(\.claimsJSON)
+        let issuedAt = events.map { $0.issuedAt.timeIntervalSince1970 }
+        let statuses = events.map { $0.ignored ? "ignored" : "pending" }
+        let rows = try await client.query(
+            """
+            INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status, completed_at)
+            SELECT i.issuer, i.jti, ARRAY(SELECT jsonb_array_elements_text(i.types::jsonb)), NULLIF(i.sub, ''),
+                   i.events::jsonb, i.claims::jsonb, to_timestamp(i.iat), i.status,
+                   CASE WHEN i.status = 'ignored' THEN now() END
+            FROM unnest(\(issuers)::text[], \(jtis)::text[], \(types)::text[], \(subs)::text[], \(decoded)::text[],
+                        \(claims)::text[], \(issuedAt)::float8[], \(statuses)::text[])
+                 AS i(issuer, jti, types, sub, events, claims, iat, status)
+            ON CONFLICT (issuer, jti) DO NOTHING
+            RETURNING issuer, jti
+            """, logger: logger)
+        var stored = Set<EventKey>()
+        for try await (issuer, jti) in rows.decode((String, String).self) {
+            stored.insert(EventKey(issuer: issuer, jti: jti))
+        }
+        return stored
+    }
+}
+
+extension PSQLError {
+    /// SQLSTATE class 22 (data exception): the data was refused, the database itself is fine.
+    var isDataError: Bool {
+        code == .server && (serverInfo?[.sqlState]?.hasPrefix("22") ?? false)
+    }
+}
+
+public struct TimeoutError: Error {}
+
+/// Runs `operation`, cancelling it and throwing `TimeoutError` if it takes longer than `timeout`.
+func withTimeout<Result: Sendable>(
+    _ timeout: Duration, _ operation: @escaping @Sendable () async throws -> Result
+) async throws -> Result {
+    try await withThrowingTaskGroup(of: Result.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            throw TimeoutError()
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}

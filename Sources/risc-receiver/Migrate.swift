@@ -1,0 +1,39 @@
+import ArgumentParser
+import PostgresNIO
+import RISCServer
+import RISCStore
+
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Apply pending database migrations (safe to run concurrently and repeatedly).")
+
+    @Option(help: "Directory of NNNN_name.sql files (default: ./migrations).")
+    var migrations: String?
+
+    func run() async throws {
+        let databaseURL = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
+            try ServiceConfiguration.databaseURL(from: reader)
+        }
+        let logger = Bootstrap.logger("risc-receiver.migrate")
+        let directory = Bootstrap.migrationsDirectory(migrations)
+        let migrator: Migrator
+        do {
+            migrator = try Migrator(directory: directory)
+        } catch {
+            throw Bootstrap.fail("\(error)")
+        }
+        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        do {
+            let applied = try await client.whileRunning { client in
+                try await migrator.migrate(client: client, logger: logger)
+            }
+            print(applied.isEmpty ? "Database is up to date." : "Applied \(applied.joined(separator: ", ")).")
+        } catch is TimeoutError {
+            throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
+        } catch let error as Migrator.Failure {
+            throw Bootstrap.fail("\(error)")
+        } catch let error as PSQLError {
+            throw Bootstrap.fail("migration failed: \(error.serverInfo?[.message] ?? String(describing: error.code))")
+        }
+    }
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against throwaway PostgreSQL clusters that this script starts and removes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/pg.sh
+
+pg_ensure_installed
+work=$(mktemp -d /tmp/risc-test.XXXXXX)
+chmod 755 "$work"
+main_port=$(pg_free_port)
+outage_port=$(pg_free_port)
+cleanup() {
+  pg_stop "$work/main"
+  pg_stop "$work/outage"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+pg_start "$work/main" "$main_port"
+pg_start "$work/outage" "$outage_port"
+pg_createdb "$main_port" risc_test
+pg_createdb "$outage_port" risc_test
+
+# The main cluster is shared by all tests; the outage cluster is the one tests may stop and start.
+export RISC_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$main_port/risc_test?sslmode=disable"
+export RISC_TEST_OUTAGE_DATABASE_URL="postgres://postgres@127.0.0.1:$outage_port/risc_test?sslmode=disable"
+export RISC_TEST_OUTAGE_STOP="$(declare -f pg_bin pg_as_owner pg_stop); pg_stop '$work/outage'"
+export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_start '$work/outage' $outage_port"
+
+swift build --build-tests
+swift test --skip-build "$@"
