@@ -93,6 +93,8 @@ let package = Package(
                 "RISC", "RISCKeys", "RISCStore", "RISCServer", "DevTransmitter",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
     ]

@@ -1,0 +1,180 @@
+import AsyncHTTPClient
+import DevTransmitter
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOHTTP1
+import PostgresNIO
+import RISC
+import RISCServer
+import RISCStore
+import ServiceLifecycle
+import Testing
+
+/// A running receiver and development transmitter on loopback, against a real PostgreSQL database.
+struct Harness {
+    static let audience = "test-client.apps.googleusercontent.com"
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent()
+
+    struct Options {
+        var databaseURL = Harness.environment("RISC_TEST_DATABASE_URL")
+        var unknownKidRefetchInterval: Double = 0
+        var commitTimeout: Duration = .seconds(5)
+    }
+
+    let transmitter: DevTransmitter
+    let receiverURL: String
+    let database: PostgresClient
+
+    var eventsURL: String { receiverURL + "/risc/events" }
+
+    static func environment(_ name: String) -> String {
+        guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
+            fatalError("\(name) is not set: run the tests through scripts/test.sh, which starts PostgreSQL")
+        }
+        return value
+    }
+
+    static var logger: Logger {
+        var logger = Logger(label: "test")
+        logger.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+        return logger
+    }
+
+    /// Starts everything, runs `body`, and shuts everything down again.
+    static func with(_ options: Options = Options(), _ body: (Harness) async throws -> Void) async throws {
+        let logger = Self.logger
+        let database = PostgresClient(configuration: try DatabaseURL.configuration(from: options.databaseURL), backgroundLogger: logger)
+        let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: audience), logger: logger)
+        let (transmitterPorts, transmitterPort) = AsyncStream.makeStream(of: Int.self)
+        let transmitterApp = transmitter.makeApplication { port in transmitterPort.yield(port) }
+
+        let configuration = ServiceConfiguration(
+            databaseURL: options.databaseURL, clientIDs: [audience, "another-client"],
+            riscConfigurationURL: "", host: "127.0.0.1", port: 0)
+        var inboxSettings = EventInbox.Settings()
+        inboxSettings.commitTimeout = options.commitTimeout
+
+        let (receiverPorts, receiverPort) = AsyncStream.makeStream(of: Int.self)
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: database), .init(service: transmitterApp)], logger: logger))
+
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            var ports = transmitterPorts.makeAsyncIterator()
+            _ = await ports.next()
+            try await Migrator(directory: repositoryRoot.appendingPathComponent("migrations").path)
+                .migrate(client: database, logger: logger)
+
+            var receiverConfiguration = configuration
+            receiverConfiguration.riscConfigurationURL = transmitter.discoveryURL
+            let dependencies = try ServiceDependencies(
+                configuration: receiverConfiguration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings,
+                unknownKidRefetchInterval: options.unknownKidRefetchInterval)
+            let receiverApp = buildApplication(
+                configuration: receiverConfiguration, dependencies: dependencies, logger: logger,
+                onServerRunning: { channel in receiverPort.yield(channel.localAddress?.port ?? 0) })
+            let receiverGroup = ServiceGroup(configuration: .init(services: [.init(service: receiverApp)], logger: logger))
+            tasks.addTask { try await receiverGroup.run() }
+            var receiverPortsIterator = receiverPorts.makeAsyncIterator()
+            let port = await receiverPortsIterator.next()!
+
+            let harness = Harness(transmitter: transmitter, receiverURL: "http://127.0.0.1:\(port)", database: database)
+            do {
+                try await body(harness)
+            } catch {
+                await receiverGroup.triggerGracefulShutdown()
+                await group.triggerGracefulShutdown()
+                throw error
+            }
+            await receiverGroup.triggerGracefulShutdown()
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+    }
+
+    struct Reply {
+        var status: Int
+        var headers: HTTPHeaders
+        var body: String
+
+        /// The RFC 8935 error body, checked to have exactly the keys `err` and `description`.
+        var rejection: SETRejection.Body? {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: String],
+                Set(object.keys) == ["err", "description"]
+            else { return nil }
+            return try? JSONDecoder().decode(SETRejection.Body.self, from: Data(body.utf8))
+        }
+    }
+
+    /// POSTs a body to the receiver as a transmitter would.
+    func post(_ body: String, contentType: String? = "application/secevent+jwt") async throws -> Reply {
+        var request = HTTPClientRequest(url: eventsURL)
+        request.method = .POST
+        if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
+        request.body = .bytes(ByteBuffer(string: body))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let data = try await response.body.collect(upTo: 1 << 20)
+        return Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
+    }
+
+    /// Signs a SET of the given type with the transmitter's current key.
+    func makeSET(_ type: String, sub: String? = "user-\(UUID().uuidString)", configure: (inout SETRequest) -> Void = { _ in })
+        async throws -> String
+    {
+        var request = SETRequest(type: type, sub: sub)
+        configure(&request)
+        return try await transmitter.makeSET(request)
+    }
+
+    /// Signs arbitrary claims (for malformed-but-signed tokens).
+    func sign(_ claims: JSONValue, typ: String? = "secevent+jwt", kid: String? = nil) async throws -> String {
+        try await transmitter.sign(claims: claims, typ: typ, kid: kid)
+    }
+
+    /// Well-formed claims from this harness's transmitter, to be altered by a test.
+    func claims(_ change: (inout [String: JSONValue]) -> Void = { _ in }) -> JSONValue {
+        var claims: [String: JSONValue] = [
+            "iss": .string(transmitter.issuer), "aud": .string(Self.audience),
+            "iat": .number(Date().timeIntervalSince1970.rounded(.down)), "jti": .string(UUID().uuidString),
+            "events": [EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": "iss-sub", "iss": .string(transmitter.issuer), "sub": "u-1"]]],
+        ]
+        change(&claims)
+        return .object(claims)
+    }
+
+    struct StoredEvent {
+        var eventTypes: [String]
+        var subjectSub: String?
+        var status: String
+        var claimsJTI: String
+        var hasSignature: Bool
+    }
+
+    /// The rows stored for a jti.
+    func stored(jti: String) async throws -> [StoredEvent] {
+        var rows: [StoredEvent] = []
+        let sequence = try await database.query(
+            """
+            SELECT event_types, subject_sub, status, claims->>'jti', claims::text LIKE '%signature%'
+            FROM risc_events WHERE jti = \(jti) AND issuer = \(transmitter.issuer)
+            """)
+        for try await (types, sub, status, claimsJTI, hasSignature) in sequence.decode((
+            [String], String?, String, String, Bool
+        ).self) {
+            rows.append(StoredEvent(eventTypes: types, subjectSub: sub, status: status, claimsJTI: claimsJTI, hasSignature: hasSignature))
+        }
+        return rows
+    }
+}
+
+/// The `jti` claim of a compact JWS, or "" when it has none.
+func jti(of token: String) -> String {
+    let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+    guard parts.count == 3, let payload = Base64Lenient.decode(parts[1]),
+        let object = try? JSONSerialization.jsonObject(with: payload) as? [String: Any]
+    else { return "" }
+    return object["jti"] as? String ?? ""
+}

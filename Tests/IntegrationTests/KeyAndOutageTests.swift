@@ -1,0 +1,93 @@
+import Foundation
+import RISC
+import Testing
+
+@Suite("Keys, outages and retries")
+struct KeyAndOutageTests {
+    @Test("After key rotation, an unknown kid triggers a refetch and the SET is accepted")
+    func rotation() async throws {
+        try await Harness.with { harness in
+            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            let oldKid = harness.transmitter.currentKid
+            let newKid = try await harness.transmitter.rotateKeys(retireOld: true)
+            #expect(newKid != oldKid)
+            let reply = try await harness.post(try await harness.makeSET("sessions-revoked"))
+            #expect(reply.status == 202, "\(reply.body)")
+        }
+    }
+
+    @Test("The unknown-kid refetch is rate-limited")
+    func rateLimitedRefetch() async throws {
+        var options = Harness.Options()
+        options.unknownKidRefetchInterval = 30
+        try await Harness.with(options) { harness in
+            // The first SET loads the keys; a rotation right after cannot be picked up for 30 s.
+            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            _ = try await harness.transmitter.rotateKeys(retireOld: false)
+            let first = try await harness.post(try await harness.makeSET("sessions-revoked"))
+            #expect(first.rejection?.err == "invalid_key")
+        }
+    }
+
+    @Test("During a JWKS outage a cached kid still verifies; an uncached one gets 503 with Retry-After")
+    func jwksOutage() async throws {
+        try await Harness.with { harness in
+            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            harness.transmitter.setKeysOutage(true)
+            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            _ = try await harness.transmitter.rotateKeys(retireOld: true)
+            let token = try await harness.makeSET("sessions-revoked")
+            let reply = try await harness.post(token)
+            #expect(reply.status == 503)
+            #expect(reply.headers["Retry-After"].first.flatMap(Int.init) != nil)
+            #expect(try await harness.stored(jti: jti(of: token)).isEmpty)
+            // Once the keys are back, the transmitter's retry succeeds.
+            harness.transmitter.setKeysOutage(false)
+            #expect(try await harness.post(token).status == 202)
+        }
+    }
+
+    @Test("No keys at all (transmitter down from the start) is 503, not 400")
+    func keysNeverLoaded() async throws {
+        try await Harness.with { harness in
+            harness.transmitter.setKeysOutage(true)
+            let reply = try await harness.post(try await harness.makeSET("sessions-revoked"))
+            #expect(reply.status == 503)
+        }
+    }
+
+    @Test("With the database stopped the receiver answers 503; after a restart it accepts again")
+    func databaseOutage() async throws {
+        var options = Harness.Options()
+        options.databaseURL = Harness.environment("RISC_TEST_OUTAGE_DATABASE_URL")
+        options.commitTimeout = .seconds(2)
+        try await Harness.with(options) { harness in
+            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            try shell(Harness.environment("RISC_TEST_OUTAGE_STOP"))
+            let token = try await harness.makeSET("sessions-revoked")
+            let down = try await harness.post(token)
+            #expect(down.status == 503)
+            #expect(down.headers["Retry-After"].first.flatMap(Int.init) != nil)
+            try shell(Harness.environment("RISC_TEST_OUTAGE_START"))
+            // The pool reconnects by itself; the transmitter's retry is then accepted and stored once.
+            var status = 0
+            for _ in 0..<40 where status != 202 {
+                status = try await harness.post(token).status
+                if status != 202 { try await Task.sleep(for: .milliseconds(250)) }
+            }
+            #expect(status == 202)
+            #expect(try await harness.stored(jti: jti(of: token)).count == 1)
+        }
+    }
+}
+
+func shell(_ script: String) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/bash")
+    process.arguments = ["-c", script]
+    try process.run()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "shell command failed: \(script)"])
+    }
+}

@@ -1,0 +1,163 @@
+import Foundation
+import RISC
+import Testing
+
+@Suite("SET rejection rules (SPEC §2)")
+struct SETRejectionTests {
+    typealias T = TestTokens
+
+    @Test("Google's own sample parses")
+    func googleSample() throws {
+        let token = try T.parse(T.compact())
+        #expect(token.issuer == "https://accounts.google.com/")
+        #expect(token.jti == "756E69717565206964656E746966696572")
+        #expect(token.audience == [T.audience])
+        #expect(token.events.count == 1)
+        #expect(token.primaryEvent?.type == .accountDisabled)
+        #expect(token.primaryEvent?.reason == "hijacking")
+        #expect(token.primaryEvent?.subject?.googleSubject == "7375626A656374")
+        #expect(token.header.kid == "key-1")
+    }
+
+    @Test(
+        "Not a compact JWS is invalid_request",
+        arguments: ["", "abc", "a.b", "a.b.c.d", "..", "eyJhbGciOiJSUzI1NiJ9..sig", "not base64!.e30.c2ln", "e30.e30.c2ln=="])
+    func notCompact(_ body: String) {
+        #expect(T.rejection(body)?.code == .invalidRequest)
+    }
+
+    @Test("A header or payload that is not a JSON object is invalid_request")
+    func notJSON() {
+        let garbage = Base64Lenient.urlEncoded(Data("not json".utf8))
+        let array = Base64Lenient.urlEncoded(Data("[1,2]".utf8))
+        #expect(T.rejection("\(garbage).\(T.segment(T.claims())).c2ln")?.code == .invalidRequest)
+        #expect(T.rejection("\(T.segment(T.header())).\(garbage).c2ln")?.code == .invalidRequest)
+        #expect(T.rejection("\(T.segment(T.header())).\(array).c2ln")?.code == .invalidRequest)
+    }
+
+    @Test("Each required claim missing is invalid_request", arguments: ["iss", "iat", "jti", "events"])
+    func missingClaim(_ name: String) {
+        let rejection = T.rejection(T.compact(claims: T.claims { $0[name] = nil }))
+        #expect(rejection?.code == .invalidRequest)
+        #expect(rejection?.text.contains(name) == true)
+    }
+
+    @Test(
+        "A required claim of the wrong type is invalid_request",
+        arguments: [
+            ("iss", JSONValue.number(1)), ("iat", .string("yesterday")), ("jti", .number(7)), ("jti", .string("")),
+            ("events", .string("x")), ("events", .array([])), ("aud", .number(3)), ("aud", .array([.number(1)])),
+        ] as [(String, JSONValue)])
+    func wrongType(_ name: String, _ value: JSONValue) {
+        #expect(T.rejection(T.compact(claims: T.claims { $0[name] = value }))?.code == .invalidRequest)
+    }
+
+    @Test("Empty events, or events that are not objects, are invalid_request")
+    func eventsShape() {
+        #expect(T.rejection(T.compact(claims: T.claims(events: [:])))?.code == .invalidRequest)
+        #expect(T.rejection(T.compact(claims: T.claims(events: [EventType.sessionsRevoked.rawValue: "x"])))?.code == .invalidRequest)
+        #expect(T.rejection(T.compact(claims: T.claims(events: [EventType.sessionsRevoked.rawValue: [1]])))?.code == .invalidRequest)
+    }
+
+    @Test("iat more than five minutes ahead is invalid_request; within the skew it is fine")
+    func futureIssuedAt() {
+        let tooFar = T.claims { $0["iat"] = .number(T.now.timeIntervalSince1970 + 301) }
+        let withinSkew = T.claims { $0["iat"] = .number(T.now.timeIntervalSince1970 + 299) }
+        #expect(T.rejection(T.compact(claims: tooFar))?.code == .invalidRequest)
+        #expect(T.rejection(T.compact(claims: withinSkew)) == nil)
+    }
+
+    @Test("exp is neither required nor enforced, and old SETs are accepted")
+    func noExpiry() {
+        let expired = T.claims {
+            $0["exp"] = .number(1)
+            $0["iat"] = .number(1)
+        }
+        #expect(T.rejection(T.compact(claims: expired)) == nil)
+    }
+
+    @Test("typ other than secevent+jwt, application/secevent+jwt or JWT is invalid_request")
+    func typ() {
+        for accepted in ["secevent+jwt", "application/secevent+jwt", "JWT"] {
+            #expect(T.rejection(T.compact(header: T.header(typ: accepted))) == nil)
+        }
+        #expect(T.rejection(T.compact(header: T.header(typ: "at+jwt")))?.code == .invalidRequest)
+        #expect(T.rejection(T.compact(header: .object(["alg": "RS256", "kid": "k", "typ": 5])))?.code == .invalidRequest)
+    }
+
+    @Test("none and every HS* are invalid_key, even when configured", arguments: ["none", "None", "HS256", "HS384", "HS512"])
+    func refusedAlgorithms(_ alg: String) throws {
+        let permissive = SETPolicy(allowedAlgorithms: ["RS256", alg], audiences: [T.audience])
+        #expect(!permissive.allowedAlgorithms.contains(alg))
+        do {
+            _ = try SecurityEventToken.parse(compact: T.compact(header: T.header(alg: alg)), policy: permissive, now: T.now)
+            Issue.record("accepted alg \(alg)")
+        } catch {
+            #expect(error.code == .invalidKey)
+        }
+    }
+
+    @Test("An algorithm off the allow-list is invalid_key")
+    func offAllowList() {
+        #expect(T.rejection(T.compact(header: T.header(alg: "RS384")))?.code == .invalidKey)
+        #expect(T.rejection(T.compact(header: T.header(alg: "ES256")))?.code == .invalidKey)
+        let policy = SETPolicy(allowedAlgorithms: ["RS256", "RS384"], audiences: [T.audience])
+        #expect((try? SecurityEventToken.parse(compact: T.compact(header: T.header(alg: "RS384")), policy: policy, now: T.now)) != nil)
+    }
+
+    @Test("A missing kid is invalid_key")
+    func missingKid() {
+        #expect(T.rejection(T.compact(header: T.header(kid: nil)))?.code == .invalidKey)
+    }
+
+    @Test("An unknown crit header is refused")
+    func crit() {
+        #expect(T.rejection(T.compact(header: ["alg": "RS256", "kid": "k", "crit": ["exp"]]))?.code == .invalidRequest)
+    }
+
+    @Test("A NUL character in the claims is refused: PostgreSQL could not store it")
+    func nulCharacter() {
+        #expect(T.rejection(T.compact(claims: T.claims { $0["jti"] = "a\u{0}b" }))?.code == .invalidRequest)
+    }
+
+    @Test("iss must equal the discovered issuer exactly; the description does not echo it")
+    func issuer() throws {
+        let token = try T.parse(T.compact())
+        #expect(throws: Never.self) { try token.checkIssuerAndAudience(expectedIssuer: T.issuer, policy: T.policy) }
+        for other in ["https://accounts.google.com", "https://evil.example/", ""] {
+            do {
+                try token.checkIssuerAndAudience(expectedIssuer: other, policy: T.policy)
+                Issue.record("accepted issuer mismatch against \(other)")
+            } catch {
+                #expect(error.code == .invalidIssuer)
+                #expect(!error.text.contains("accounts.google.com"))
+            }
+        }
+    }
+
+    @Test("aud: a string or an array naming one client ID; missing or foreign is invalid_audience")
+    func audience() throws {
+        func check(_ aud: JSONValue?) throws -> SETRejection.Code? {
+            let token = try T.parse(T.compact(claims: T.claims { $0["aud"] = aud }))
+            do {
+                try token.checkIssuerAndAudience(expectedIssuer: T.issuer, policy: T.policy)
+                return nil
+            } catch {
+                #expect(!error.text.contains(T.audience))
+                return error.code
+            }
+        }
+        #expect(try check(.string(T.audience)) == nil)
+        #expect(try check([.string("other"), .string(T.audience)]) == nil)
+        #expect(try check(nil) == .invalidAudience)
+        #expect(try check("someone-else") == .invalidAudience)
+        #expect(try check([]) == .invalidAudience)
+    }
+
+    @Test("The error body is exactly {err, description}")
+    func body() throws {
+        let data = try JSONEncoder().encode(SETRejection.invalidRequest("x").body)
+        let object = try JSONSerialization.jsonObject(with: data) as? [String: String]
+        #expect(object == ["err": "invalid_request", "description": "x"])
+    }
+}
