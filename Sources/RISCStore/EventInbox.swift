@@ -24,7 +24,7 @@ public struct InboundEvent: Sendable {
         issuer = token.issuer
         jti = token.jti
         eventTypes = token.events.map(\.typeURI)
-        subjectSub = token.primaryEvent?.subject?.googleSubject
+        subjectSub = (token.primaryEvent ?? token.events.first)?.subject?.googleSubject
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         eventsJSON = String(decoding: (try? encoder.encode(token.events)) ?? Data("[]".utf8), as: UTF8.self)
@@ -217,17 +217,41 @@ extension PSQLError {
 
 public struct TimeoutError: Error {}
 
-/// Runs `operation`, cancelling it and throwing `TimeoutError` if it takes longer than `timeout`.
-func withTimeout<Result: Sendable>(
+/// Runs `operation`, throwing `TimeoutError` if it takes longer than `timeout`. On timeout the operation is
+/// cancelled but not awaited: a database client waiting out a reconnect backoff may not notice the
+/// cancellation for a long while, and the caller must not wait with it.
+public func withTimeout<Result: Sendable>(
     _ timeout: Duration, _ operation: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
-    try await withThrowingTaskGroup(of: Result.self) { group in
-        group.addTask { try await operation() }
-        group.addTask {
-            try await Task.sleep(for: timeout)
-            throw TimeoutError()
+    let once = ResumeOnce<Result>()
+    return try await withCheckedThrowingContinuation { continuation in
+        once.set(continuation)
+        let work = Task {
+            do { once.resume(with: .success(try await operation())) } catch { once.resume(with: .failure(error)) }
         }
-        defer { group.cancelAll() }
-        return try await group.next()!
+        Task {
+            try? await Task.sleep(for: timeout)
+            if once.resume(with: .failure(TimeoutError())) { work.cancel() }
+        }
+    }
+}
+
+/// A continuation that only the first of several racers resumes.
+private final class ResumeOnce<Value: Sendable>: Sendable {
+    private let continuation = Mutex<CheckedContinuation<Value, any Error>?>(nil)
+
+    func set(_ continuation: CheckedContinuation<Value, any Error>) {
+        self.continuation.withLock { $0 = continuation }
+    }
+
+    /// Resumes if nobody has yet; returns whether this call did.
+    @discardableResult
+    func resume(with result: Result<Value, any Error>) -> Bool {
+        let taken = continuation.withLock { state in
+            defer { state = nil }
+            return state
+        }
+        taken?.resume(with: result)
+        return taken != nil
     }
 }

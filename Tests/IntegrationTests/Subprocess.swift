@@ -1,0 +1,53 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct SubprocessFailed: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Starts a process with posix_spawn. Foundation's `Process` is avoided on purpose: on Linux it can miss
+/// a child's exit (leaving a zombie and a waiter that never returns) when the child forks daemons.
+struct ChildProcess: Sendable {
+    let pid: pid_t
+
+    static func spawn(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ChildProcess {
+        var pid: pid_t = 0
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envStrings = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
+        let envp = envStrings.map { strdup($0) } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        let result = posix_spawn(&pid, executable, nil, nil, argv, envp)
+        guard result == 0 else { throw SubprocessFailed(description: "cannot start \(executable): error \(result)") }
+        return ChildProcess(pid: pid)
+    }
+
+    /// Waits for the exit without blocking a concurrency thread; returns the exit status
+    /// (128 + signal number when killed by a signal).
+    func wait() async throws -> Int32 {
+        var status: Int32 = 0
+        while true {
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid { break }
+            if result < 0 { throw SubprocessFailed(description: "waitpid failed for \(pid)") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+    }
+
+    func kill(_ signal: Int32) {
+        _ = Glibc.kill(pid, signal)
+    }
+}
+
+/// Runs a bash script and waits for it.
+func shell(_ script: String) async throws {
+    let status = try await ChildProcess.spawn("/bin/bash", ["-c", script]).wait()
+    guard status == 0 else { throw SubprocessFailed(description: "exit \(status): \(script)") }
+}
