@@ -64,6 +64,28 @@ public final class DevTransmitter: Sendable {
         try await keys.sign(claims: claims, typ: typ, kid: kid)
     }
 
+    struct SignBatchRequest: Decodable {
+        var type: String
+        var count: Int
+    }
+
+    /// Signs `count` SETs of one type for distinct users, in parallel.
+    func signMany(_ batch: SignBatchRequest) async throws -> [String] {
+        let workers = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        return try await withThrowingTaskGroup(of: [String].self) { group in
+            for worker in 0..<workers {
+                group.addTask {
+                    var tokens: [String] = []
+                    for index in stride(from: worker, to: batch.count, by: workers) {
+                        tokens.append(try await self.makeSET(SETRequest(type: batch.type, sub: "load-user-\(index)")))
+                    }
+                    return tokens
+                }
+            }
+            return try await group.reduce(into: []) { $0.append(contentsOf: $1) }
+        }
+    }
+
     /// Builds and signs the SET a request describes.
     public func makeSET(_ request: SETRequest) async throws -> String {
         try await sign(claims: try SETFactory.claims(for: request, issuer: issuer, audience: settings.audience))
@@ -134,6 +156,15 @@ public final class DevTransmitter: Sendable {
         router.post("/dev/sign") { request, context in
             let setRequest = try await request.decode(as: SETRequest.self, context: context)
             return Self.json(["token": .string(try await self.makeSET(setRequest))])
+        }
+        // Many SETs at once, one per line, each with its own jti (for load tests).
+        router.post("/dev/sign-batch") { request, context in
+            let batch = try await request.decode(as: SignBatchRequest.self, context: context)
+            guard (1...1_000_000).contains(batch.count) else { throw HTTPError(.badRequest, message: "count must be 1...1000000") }
+            let tokens = try await self.signMany(batch)
+            var headers = HTTPFields()
+            headers[.contentType] = "text/plain"
+            return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: tokens.joined(separator: "\n") + "\n")))
         }
         router.post("/dev/send") { request, context in
             let setRequest = try await request.decode(as: SETRequest.self, context: context)

@@ -5,27 +5,43 @@ import Foundation
 public enum Base64Lenient {
     /// Decodes standard or URL-safe base64, with or without padding. Returns nil on any other input.
     public static func decode(_ text: some StringProtocol) -> Data? {
-        var normalized = String(text)
-            .replacingOccurrences(of: "-", with: "+")
-            .replacingOccurrences(of: "_", with: "/")
-        while normalized.hasSuffix("=") { normalized.removeLast() }
-        guard !normalized.contains("=") else { return nil }
+        decode(bytes: text.utf8)
+    }
+
+    /// Byte-level so that it stays cheap on the request path (Foundation's string replacing is not).
+    public static func decode(bytes: some Collection<UInt8>) -> Data? {
+        var normalized = [UInt8]()
+        normalized.reserveCapacity(bytes.count + 3)
+        var padding = 0
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "="):
+                padding += 1
+                continue
+            case UInt8(ascii: "-"): normalized.append(UInt8(ascii: "+"))
+            case UInt8(ascii: "_"): normalized.append(UInt8(ascii: "/"))
+            default: normalized.append(byte)
+            }
+            // Padding is only allowed at the end.
+            if padding > 0 { return nil }
+        }
+        guard padding <= 2 else { return nil }
         switch normalized.count % 4 {
-        case 0: break
-        case 2: normalized += "=="
-        case 3: normalized += "="
+        case 0: guard padding == 0 else { return nil }
+        case 2: normalized.append(contentsOf: [UInt8(ascii: "="), UInt8(ascii: "=")])
+        case 3: normalized.append(UInt8(ascii: "="))
         default: return nil
         }
-        return Data(base64Encoded: normalized)
+        return Data(base64Encoded: Data(normalized))
     }
 
     /// Decodes the unpadded URL-safe base64 of one JWS segment, refusing the standard alphabet and padding.
-    public static func decodeJWSSegment(_ segment: some StringProtocol) -> Data? {
-        guard segment.utf8.allSatisfy({ byte in
+    public static func decodeJWSSegment(_ segment: some Collection<UInt8>) -> Data? {
+        guard segment.allSatisfy({ byte in
             (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39)
                 || byte == 0x2D || byte == 0x5F
         }) else { return nil }
-        return decode(segment)
+        return decode(bytes: segment)
     }
 
     public static func urlEncoded(_ data: some Sequence<UInt8>) -> String {

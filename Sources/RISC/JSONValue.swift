@@ -49,16 +49,6 @@ public enum JSONValue: Sendable, Equatable, Codable {
     public subscript(key: String) -> JSONValue? {
         objectValue?[key]
     }
-
-    /// True when any string (key or value) holds U+0000, which PostgreSQL text and jsonb cannot store.
-    public var containsNUL: Bool {
-        switch self {
-        case .string(let value): value.utf8.contains(0)
-        case .array(let values): values.contains { $0.containsNUL }
-        case .object(let members): members.contains { $0.key.utf8.contains(0) || $0.value.containsNUL }
-        case .number, .bool, .null: false
-        }
-    }
 }
 
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByDictionaryLiteral, ExpressibleByArrayLiteral,

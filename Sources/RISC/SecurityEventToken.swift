@@ -43,7 +43,7 @@ public struct SecurityEventToken: Sendable {
     /// Parses a compact JWS and checks everything that does not need a key: structure, header, algorithm,
     /// required claims and their types, and `iat` not too far in the future.
     public static func parse(compact token: String, policy: SETPolicy, now: Date) throws(SETRejection) -> SecurityEventToken {
-        let segments = token.split(separator: ".", omittingEmptySubsequences: false)
+        let segments = token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty, !segments[2].isEmpty else {
             throw .invalidRequest("the body is not a compact JWS (three base64url segments)")
         }
@@ -54,12 +54,9 @@ public struct SecurityEventToken: Sendable {
             throw .invalidRequest("a JWS segment is not valid base64url")
         }
         let header = try parseHeader(headerData, policy: policy)
-        guard let payload = try? JSONDecoder().decode(JSONValue.self, from: payloadData), let claims = payload.objectValue
-        else {
-            throw .invalidRequest("the payload is not a JSON object")
-        }
-        guard !payload.containsNUL else {
-            throw .invalidRequest("the payload contains a NUL character")
+        // The parser also refuses what PostgreSQL could not store (NUL, lone surrogates).
+        guard let payload = try? JSONValue.parse(payloadData), let claims = payload.objectValue else {
+            throw .invalidRequest("the payload is not a JSON object (or holds characters that cannot be stored)")
         }
 
         guard let iss = claims["iss"] else { throw .invalidRequest("the iss claim is missing") }
@@ -107,7 +104,7 @@ public struct SecurityEventToken: Sendable {
     }
 
     private static func parseHeader(_ data: Data, policy: SETPolicy) throws(SETRejection) -> Header {
-        guard let header = try? JSONDecoder().decode(JSONValue.self, from: data).objectValue else {
+        guard let header = try? JSONValue.parse(data).objectValue else {
             throw .invalidRequest("the JWS header is not a JSON object")
         }
         if let typ = header["typ"] {

@@ -34,7 +34,7 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
             return Response(status: .contentTooLarge)
         }
         // Any Content-Type is accepted (SPEC §2); surrounding whitespace from hand-made requests is forgiven.
-        let compact = String(buffer: body).trimmingCharacters(in: .whitespacesAndNewlines)
+        let compact = Self.trimmedASCII(body)
 
         let token: SecurityEventToken
         do {
@@ -62,6 +62,17 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
         } catch {
             context.logger.warning("Could not commit a SET; asking the transmitter to retry")
             return Self.retryLater(seconds: 5)
+        }
+    }
+
+    static func trimmedASCII(_ buffer: ByteBuffer) -> String {
+        buffer.withUnsafeReadableBytes { raw in
+            let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 }
+            var start = raw.startIndex
+            var end = raw.endIndex
+            while start < end, isSpace(raw[start]) { start += 1 }
+            while end > start, isSpace(raw[end - 1]) { end -= 1 }
+            return String(decoding: raw[start..<end], as: UTF8.self)
         }
     }
 

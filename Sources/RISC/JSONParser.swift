@@ -1,0 +1,223 @@
+/// A strict RFC 8259 parser into `JSONValue`, over raw bytes.
+///
+/// Why not `JSONDecoder`: decoding an untyped value through `Decodable` means trying each type in turn and
+/// throwing on every miss, which made JSON the largest cost of receiving a SET. This parser also refuses what
+/// PostgreSQL's jsonb would refuse later (lone surrogates, NUL), and bounds nesting so hostile input cannot
+/// exhaust the stack.
+public struct JSONParseError: Error, Sendable, Equatable {
+    public let offset: Int
+}
+
+extension JSONValue {
+    public static let maxNestingDepth = 64
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        let array = Array(bytes)
+        var parser = Parser(bytes: array)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == array.count else { throw JSONParseError(offset: parser.index) }
+        return value
+    }
+}
+
+private struct Parser {
+    let bytes: [UInt8]
+    var index = 0
+
+    init(bytes: [UInt8]) { self.bytes = bytes }
+
+    var error: JSONParseError { JSONParseError(offset: index) }
+
+    mutating func skipWhitespace() {
+        while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 {
+            index += 1
+        }
+    }
+
+    mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
+        guard depth < JSONValue.maxNestingDepth, index < bytes.count else { throw error }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth)
+        case UInt8(ascii: "["): return try parseArray(depth: depth)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try expect("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expect("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expect("null"); return .null
+        default: return .number(try parseNumber())
+        }
+    }
+
+    mutating func expect(_ literal: StaticString) throws(JSONParseError) {
+        let count = literal.utf8CodeUnitCount
+        guard index + count <= bytes.count else { throw error }
+        for offset in 0..<count where bytes[index + offset] != literal.utf8Start[offset] { throw error }
+        index += count
+    }
+
+    mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+        index += 1
+        var members: [String: JSONValue] = [:]
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error }
+            index += 1
+            skipWhitespace()
+            let value = try parseValue(depth: depth + 1)
+            // A repeated member is ambiguous (RFC 8259 §4); refuse it rather than guess which one counts.
+            guard members.updateValue(value, forKey: key) == nil else { throw error }
+            skipWhitespace()
+            guard index < bytes.count else { throw error }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            guard bytes[index] == UInt8(ascii: "}") else { throw error }
+            index += 1
+            return .object(members)
+        }
+    }
+
+    mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(elements)
+        }
+        while true {
+            skipWhitespace()
+            elements.append(try parseValue(depth: depth + 1))
+            skipWhitespace()
+            guard index < bytes.count else { throw error }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            guard bytes[index] == UInt8(ascii: "]") else { throw error }
+            index += 1
+            return .array(elements)
+        }
+    }
+
+    mutating func parseString() throws(JSONParseError) -> String {
+        index += 1
+        let start = index
+        // Fast path: no escapes.
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let raw = bytes[start..<index]
+                index += 1
+                guard let string = String(validating: raw, as: UTF8.self), !raw.contains(0) else { throw error }
+                return string
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            guard byte >= 0x20 else { throw error }
+            index += 1
+        }
+        var scalars = String.UnicodeScalarView()
+        guard let prefix = String(validating: bytes[start..<index], as: UTF8.self) else { throw error }
+        scalars.append(contentsOf: prefix.unicodeScalars)
+        var runStart = index
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                guard let run = String(validating: bytes[runStart..<index], as: UTF8.self) else { throw error }
+                scalars.append(contentsOf: run.unicodeScalars)
+                if byte == UInt8(ascii: "\"") {
+                    index += 1
+                    return String(scalars)
+                }
+                index += 1
+                guard index < bytes.count else { throw error }
+                let escape = bytes[index]
+                index += 1
+                switch escape {
+                case UInt8(ascii: "\""): scalars.append("\"")
+                case UInt8(ascii: "\\"): scalars.append("\\")
+                case UInt8(ascii: "/"): scalars.append("/")
+                case UInt8(ascii: "b"): scalars.append("\u{08}")
+                case UInt8(ascii: "f"): scalars.append("\u{0C}")
+                case UInt8(ascii: "n"): scalars.append("\n")
+                case UInt8(ascii: "r"): scalars.append("\r")
+                case UInt8(ascii: "t"): scalars.append("\t")
+                case UInt8(ascii: "u"): scalars.append(try parseUnicodeEscape())
+                default: throw error
+                }
+                runStart = index
+                continue
+            }
+            guard byte >= 0x20 else { throw error }
+            index += 1
+        }
+        throw error
+    }
+
+    mutating func parseHex4() throws(JSONParseError) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw error }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            let digit: UInt8
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+            default: throw error
+            }
+            value = value << 4 | UInt32(digit)
+            index += 1
+        }
+        return value
+    }
+
+    mutating func parseUnicodeEscape() throws(JSONParseError) -> Unicode.Scalar {
+        let first = try parseHex4()
+        var code = first
+        if (0xD800...0xDBFF).contains(first) {
+            guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+            else { throw error }
+            index += 2
+            let second = try parseHex4()
+            guard (0xDC00...0xDFFF).contains(second) else { throw error }
+            code = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
+        }
+        guard code != 0, let scalar = Unicode.Scalar(code) else { throw error }
+        return scalar
+    }
+
+    mutating func parseNumber() throws(JSONParseError) -> Double {
+        let start = index
+        func digits(_ parser: inout Parser) -> Int {
+            let begin = parser.index
+            while parser.index < parser.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(parser.bytes[parser.index]) {
+                parser.index += 1
+            }
+            return parser.index - begin
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw error }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else {
+            guard digits(&self) > 0 else { throw error }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits(&self) > 0 else { throw error }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits(&self) > 0 else { throw error }
+        }
+        guard let text = String(validating: bytes[start..<index], as: UTF8.self), let value = Double(text), value.isFinite
+        else { throw error }
+        return value
+    }
+}

@@ -1,0 +1,59 @@
+import Foundation
+import RISC
+import Testing
+
+@Suite("JSON parser")
+struct JSONParserTests {
+    func parse(_ text: String) -> JSONValue? { try? JSONValue.parse(Array(text.utf8)) }
+
+    @Test("Values of every kind")
+    func values() {
+        #expect(parse(#" {"a": [1, -2.5e3, true, false, null, "x"], "b": {}} "#)
+            == ["a": [1, .number(-2500), true, false, .null, "x"], "b": [:]])
+        #expect(parse("0") == .number(0))
+        #expect(parse("[]") == [])
+        #expect(parse(#""""#) == "")
+    }
+
+    @Test("Escapes, including surrogate pairs")
+    func escapes() {
+        #expect(parse(#""a\"b\\c\/d\b\f\n\r\t""#) == .string("a\"b\\c/d\u{08}\u{0C}\n\r\t"))
+        #expect(parse(#""\u00e9\u2603\ud83d\ude00""#) == .string("é☃😀"))
+        #expect(parse("\"ünïcødé\"") == .string("ünïcødé"))
+    }
+
+    @Test(
+        "Invalid JSON is refused",
+        arguments: [
+            "", "{", "[1,]", "{\"a\":1,}", "{'a':1}", "01", "1.", ".5", "-", "1e", "tru", "nul", "\"abc", "\"\\x\"",
+            "\"\\u12\"", "[1] x", "{\"a\" 1}", "NaN", "1e999", "\"a\u{01}b\"", "{\"a\":1,\"a\":2}",
+        ])
+    func invalid(_ text: String) {
+        #expect(parse(text) == nil)
+    }
+
+    @Test("What PostgreSQL's jsonb refuses is refused here: NUL and lone surrogates")
+    func unstorable() {
+        #expect(parse(#""a\u0000b""#) == nil)
+        #expect(parse(#""\ud800""#) == nil)
+        #expect(parse(#""\udc00x""#) == nil)
+        #expect((try? JSONValue.parse([0x22, 0x61, 0x00, 0x22])) == nil)
+        #expect((try? JSONValue.parse([0x22, 0xFF, 0x22])) == nil)
+    }
+
+    @Test("Nesting is bounded")
+    func depth() {
+        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        #expect(parse(deep) == nil)
+        let fine = String(repeating: "[", count: 10) + String(repeating: "]", count: 10)
+        #expect(parse(fine) != nil)
+    }
+
+    @Test("Agrees with Foundation on a SET payload")
+    func agreesWithFoundation() throws {
+        let text = #"{"iss":"https://accounts.google.com/","aud":["a","b"],"iat":1508184845,"jti":"756E","events":{"https://schemas.openid.net/secevent/risc/event-type/account-disabled":{"subject":{"subject_type":"iss-sub","iss":"https://accounts.google.com/","sub":"7375626A656374"},"reason":"hijacking"}}}"#
+        let ours = try JSONValue.parse(Array(text.utf8))
+        let foundation = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        #expect(ours == foundation)
+    }
+}

@@ -1,0 +1,58 @@
+-- wrk script: POSTs pre-signed SETs to /risc/events, each token once (tokens are split across threads).
+-- Environment: RISC_BENCH_TOKENS (file, one SET per line), RISC_BENCH_THREADS, RISC_BENCH_CONNECTIONS,
+-- RISC_BENCH_RATE (requests/s for the whole run; 0 = as fast as possible).
+local threads = {}
+
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  local nthreads = tonumber(os.getenv("RISC_BENCH_THREADS"))
+  local connections = tonumber(os.getenv("RISC_BENCH_CONNECTIONS"))
+  local rate = tonumber(os.getenv("RISC_BENCH_RATE") or "0")
+  tokens = {}
+  local i = 0
+  for line in io.lines(os.getenv("RISC_BENCH_TOKENS")) do
+    if i % nthreads == id then tokens[#tokens + 1] = line end
+    i = i + 1
+  end
+  next_index = 0
+  reused = 0
+  not_accepted = 0
+  -- Pacing: each connection waits connections/rate seconds between requests.
+  pause_ms = rate > 0 and (1000 * connections / rate) or 0
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/secevent+jwt"
+end
+
+function request()
+  next_index = next_index + 1
+  if next_index > #tokens then
+    next_index = 1
+    reused = reused + 1
+  end
+  return wrk.format(nil, "/risc/events", nil, tokens[next_index])
+end
+
+function delay()
+  return pause_ms
+end
+
+function response(status, headers, body)
+  if status ~= 202 then not_accepted = not_accepted + 1 end
+end
+
+function done(summary, latency, requests)
+  local reused_total, not_accepted_total = 0, 0
+  for _, thread in ipairs(threads) do
+    reused_total = reused_total + thread:get("reused")
+    not_accepted_total = not_accepted_total + thread:get("not_accepted")
+  end
+  io.write(string.format(
+    "RESULT requests=%d seconds=%.3f rate=%.1f not_202=%d socket_errors=%d token_reuse=%d p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+    summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6), not_accepted_total,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout, reused_total,
+    latency:percentile(50) / 1000, latency:percentile(90) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
+end

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Ingest benchmark: drives POST /risc/events on loopback with pre-signed SETs (each jti used once), then
+# measures PostgreSQL's raw single-row insert ceiling with pgbench in the same run, and reports the ratio.
+#   scripts/bench-ingest.sh [CONNECTIONS] [SECONDS] [RATE_FOR_LATENCY_RUN]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/pg.sh
+
+connections=${1:-64}
+seconds=${2:-10}
+latency_rate=${3:-5000}
+threads=2
+max_tokens=${RISC_BENCH_TOKENS_MAX:-150000}
+
+pg_ensure_installed
+command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+swift build -c release --product risc-receiver >/dev/null
+bin=$(swift build -c release --show-bin-path)/risc-receiver
+
+work=$(mktemp -d /tmp/risc-bench.XXXXXX)
+chmod 755 "$work"
+pg_port=$(pg_free_port); tx_port=$(pg_free_port); rx_port=$(pg_free_port)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pg_stop "$work/pg"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+pg_start "$work/pg" "$pg_port"
+pg_createdb "$pg_port" risc_bench
+export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_bench?sslmode=disable"
+export RISC_CLIENT_IDS=bench-client RISC_HOST=127.0.0.1 RISC_PORT=$rx_port LOG_LEVEL=warning
+export RISC_CONFIGURATION_URL="http://127.0.0.1:$tx_port/.well-known/risc-configuration"
+psql="$(pg_bin)/psql -h 127.0.0.1 -p $pg_port -U postgres -d risc_bench -qtA"
+"$bin" migrate >/dev/null
+"$bin" dev transmitter --port "$tx_port" --audience bench-client 2>"$work/transmitter.log" &
+pids+=($!)
+"$bin" serve 2>"$work/serve.log" &
+serve_pid=$!
+pids+=($serve_pid)
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && curl -fs "http://127.0.0.1:$tx_port/jwks" >/dev/null && break; sleep 0.1; done
+
+echo "Signing $max_tokens SETs..." >&2
+curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: application/json' \
+  -d "{\"type\":\"sessions-revoked\",\"count\":$max_tokens}" >"$work/all-tokens"
+latency_count=$((latency_rate * seconds + latency_rate))
+head -n "$latency_count" "$work/all-tokens" >"$work/latency-tokens"
+tail -n +"$((latency_count + 1))" "$work/all-tokens" >"$work/throughput-tokens"
+# Warm up keys and connections with a few SETs that are not counted.
+curl -fs -X POST "http://127.0.0.1:$tx_port/dev/send" -H 'Content-Type: application/json' \
+  -d "{\"type\":\"sessions-revoked\",\"sub\":\"warmup\",\"target\":\"http://127.0.0.1:$rx_port/risc/events\"}" >/dev/null
+
+run_wrk() { # tokens-file rate
+  RISC_BENCH_TOKENS=$1 RISC_BENCH_RATE=$2 RISC_BENCH_THREADS=$threads RISC_BENCH_CONNECTIONS=$connections \
+    wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s -s benchmarks/post-sets.lua \
+    "http://127.0.0.1:$rx_port" | grep '^RESULT'
+}
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+before=$($psql -c 'SELECT count(*) FROM risc_events')
+# RISC_BENCH_PERF=FILE records a CPU profile of the server during the throughput run.
+[ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -p "$serve_pid" -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
+throughput=$(run_wrk "$work/throughput-tokens" 0)
+after=$($psql -c 'SELECT count(*) FROM risc_events')
+latency=$(run_wrk "$work/latency-tokens" "$latency_rate")
+
+$psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'
+pgbench_tps=$("$(pg_bin)/pgbench" -h 127.0.0.1 -p "$pg_port" -U postgres -n -c "$connections" -j "$threads" \
+  -T "$seconds" -f benchmarks/pgbench-insert.sql risc_bench 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+
+sets_per_s=$(field rate "$throughput")
+cat <<TXT
+Ingest benchmark ($(nproc) cores, $connections connections, ${seconds}s per run, fsync on)
+  throughput run:  $(field rate "$throughput") SETs/s verified and committed; p50 $(field p50_ms "$throughput") ms, p99 $(field p99_ms "$throughput") ms;
+                   non-202: $(field not_202 "$throughput"), socket errors: $(field socket_errors "$throughput"), token reuse: $(field token_reuse "$throughput"); rows stored: $((after - before)) for $(field requests "$throughput") requests
+  latency run:     offered ${latency_rate}/s (paced), achieved $(field rate "$latency") /s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
+  pgbench ceiling: $pgbench_tps single-row insert transactions/s ($connections clients)
+  ratio:           $(python3 -c "print(f'{$sets_per_s / $pgbench_tps:.2f}')") x the raw single-row insert ceiling
+TXT
