@@ -22,13 +22,17 @@ public struct SecurityEvent: Sendable, Equatable, Codable {
         case typeURI = "type", shortName = "name", subject, reason, state
     }
 
+    /// The stored form of the decoded event.
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = ["type": .string(typeURI), "name": .string(shortName)]
+        if let subject { object["subject"] = subject.jsonValue }
+        if let reason { object["reason"] = .string(reason) }
+        if let state { object["state"] = .string(state) }
+        return .object(object)
+    }
+
     public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(typeURI, forKey: .typeURI)
-        try container.encode(shortName, forKey: .shortName)
-        try container.encodeIfPresent(subject, forKey: .subject)
-        try container.encodeIfPresent(reason, forKey: .reason)
-        try container.encodeIfPresent(state, forKey: .state)
+        try jsonValue.encode(to: encoder)
     }
 
     public init(from decoder: any Decoder) throws {

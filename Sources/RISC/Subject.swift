@@ -54,37 +54,28 @@ public enum Subject: Sendable, Equatable {
 }
 
 extension Subject: Codable {
-    private enum CodingKeys: String, CodingKey {
-        case format, iss, sub, email, id, tokenType = "token_type", tokenIdentifierAlg = "token_identifier_alg", token
+    /// The stored form: SSF-style `format` names, and for tokens only the non-secret identifier.
+    public var jsonValue: JSONValue {
+        switch self {
+        case .issuerAndSubject(let iss, let sub):
+            ["format": "iss_sub", "iss": .string(iss), "sub": .string(sub)]
+        case .idTokenClaims(let iss, let sub, let email):
+            .object(
+                ["format": "id_token_claims", "iss": .string(iss), "sub": .string(sub)]
+                    .merging(email.map { ["email": JSONValue.string($0)] } ?? [:]) { first, _ in first })
+        case .oauthToken(let tokenType, let identifier):
+            [
+                "format": "oauth_token", "token_type": .string(tokenType),
+                "token_identifier_alg": .string(identifier.algorithm), "token": .string(identifier.canonicalValue),
+            ]
+        case .email(let email): ["format": "email", "email": .string(email)]
+        case .opaque(let id): ["format": "opaque", "id": .string(id)]
+        case .unrecognized(let format): ["format": .string(format ?? "unrecognized")]
+        }
     }
 
     public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        switch self {
-        case .issuerAndSubject(let iss, let sub):
-            try container.encode("iss_sub", forKey: .format)
-            try container.encode(iss, forKey: .iss)
-            try container.encode(sub, forKey: .sub)
-        case .idTokenClaims(let iss, let sub, let email):
-            try container.encode("id_token_claims", forKey: .format)
-            try container.encode(iss, forKey: .iss)
-            try container.encode(sub, forKey: .sub)
-            try container.encodeIfPresent(email, forKey: .email)
-        case .oauthToken(let tokenType, let identifier):
-            try container.encode("oauth_token", forKey: .format)
-            try container.encode(tokenType, forKey: .tokenType)
-            try container.encode(identifier.algorithm, forKey: .tokenIdentifierAlg)
-            // Only the non-secret identifier is kept: a 16-character prefix or a double hash.
-            try container.encode(identifier.canonicalValue, forKey: .token)
-        case .email(let email):
-            try container.encode("email", forKey: .format)
-            try container.encode(email, forKey: .email)
-        case .opaque(let id):
-            try container.encode("opaque", forKey: .format)
-            try container.encode(id, forKey: .id)
-        case .unrecognized(let format):
-            try container.encode(format ?? "unrecognized", forKey: .format)
-        }
+        try jsonValue.encode(to: encoder)
     }
 
     public init(from decoder: any Decoder) throws {

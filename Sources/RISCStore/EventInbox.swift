@@ -25,9 +25,7 @@ public struct InboundEvent: Sendable {
         jti = token.jti
         eventTypes = token.events.map(\.typeURI)
         subjectSub = (token.primaryEvent ?? token.events.first)?.subject?.googleSubject
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        eventsJSON = String(decoding: (try? encoder.encode(token.events)) ?? Data("[]".utf8), as: UTF8.self)
+        eventsJSON = JSONValue.array(token.events.map(\.jsonValue)).serialized
         claimsJSON = String(decoding: token.payloadJSON, as: UTF8.self)
         issuedAt = token.issuedAt
         ignored = token.isIgnored
@@ -180,9 +178,7 @@ public final class EventInbox: Service, Sendable {
     private func insert(_ events: [InboundEvent]) async throws -> Set<EventKey> {
         let issuers = events.map(\.issuer)
         let jtis = events.map(\.jti)
-        let types = events.map { event in
-            String(decoding: (try? JSONEncoder().encode(event.eventTypes)) ?? Data("[]".utf8), as: UTF8.self)
-        }
+        let types = events.map { event in JSONValue.array(event.eventTypes.map(JSONValue.string)).serialized }
         let subs = events.map { $0.subjectSub ?? "" }
         let decoded = events.map(\.eventsJSON)
         let claims = events.map(\.claimsJSON)

@@ -56,4 +56,13 @@ struct JSONParserTests {
         let foundation = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
         #expect(ours == foundation)
     }
+
+    @Test("Serializing and parsing round-trips, with sorted keys")
+    func roundTrip() throws {
+        let value: JSONValue = ["b": [1, .number(2.5), "x\"y\\z\n\u{01}é😀"], "a": ["nested": .null, "t": true]]
+        let text = value.serialized
+        #expect(text.hasPrefix(#"{"a":{"nested":null,"t":true},"b":[1,2.5,"#))
+        #expect(try JSONValue.parse(Array(text.utf8)) == value)
+        #expect(try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) == value)
+    }
 }
