@@ -61,8 +61,8 @@ run_wrk() { # tokens-file rate
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 before=$($psql -c 'SELECT count(*) FROM risc_events')
-# RISC_BENCH_PERF=FILE records a CPU profile of the server during the throughput run.
-[ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -p "$serve_pid" -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
+# RISC_BENCH_PERF=FILE records a system-wide CPU profile during the throughput run.
+[ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
 throughput=$(run_wrk "$work/throughput-tokens" 0)
 after=$($psql -c 'SELECT count(*) FROM risc_events')
 latency=$(run_wrk "$work/latency-tokens" "$latency_rate")

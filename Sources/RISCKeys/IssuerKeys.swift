@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import JWTKit
 import Logging
+import Synchronization
 
 /// Why no key could be had for a token.
 public enum KeyLookupError: Error, Sendable, Equatable {
@@ -52,6 +53,15 @@ public actor IssuerKeys {
     private var lastFetchFailed = false
     private var refresh: Task<Void, any Error>?
 
+    /// What the last successful fetch produced, readable without entering the actor: the request path
+    /// only hops onto the actor when the keys are missing, expired, or do not have the kid.
+    private struct Snapshot {
+        var issuer: String
+        var keys: KeySet
+        var expiresAt: Date
+    }
+    private nonisolated let snapshot = Mutex<Snapshot?>(nil)
+
     public init(
         settings: Settings, httpClient: HTTPClient, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() }
     ) {
@@ -70,6 +80,15 @@ public actor IssuerKeys {
         try await refreshNow()
         guard let issuer else { throw KeyLookupError.keysUnavailable }
         return issuer
+    }
+
+    /// A cached, unexpired key, or nil (then ask `key(kid:alg:)`).
+    public nonisolated func cachedKey(kid: String, alg: String) -> ResolvedKey? {
+        snapshot.withLock { snapshot in
+            guard let snapshot, clock() < snapshot.expiresAt, let collection = snapshot.keys.collection(kid: kid, alg: alg)
+            else { return nil }
+            return ResolvedKey(issuer: snapshot.issuer, collection: collection)
+        }
     }
 
     /// The key for a token's `kid` and `alg`.
@@ -137,6 +156,7 @@ public actor IssuerKeys {
             keys = newKeys
             expiresAt = clock().addingTimeInterval(maxAge)
             lastFetchFailed = false
+            snapshot.withLock { $0 = Snapshot(issuer: discovery.issuer, keys: newKeys, expiresAt: expiresAt) }
             logger.info(
                 "Loaded signing keys",
                 metadata: ["discovery": "\(settings.discoveryURL)", "keys": "\(newKeys.kids.count)", "max_age": "\(maxAge)"])
