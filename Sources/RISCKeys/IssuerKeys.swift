@@ -74,14 +74,6 @@ public actor IssuerKeys {
     /// True once keys have been loaded at least once.
     public var isLoaded: Bool { issuer != nil }
 
-    /// The issuer named by the discovery document, loading it if needed.
-    public func currentIssuer() async throws -> String {
-        if let issuer { return issuer }
-        try await refreshNow()
-        guard let issuer else { throw KeyLookupError.keysUnavailable }
-        return issuer
-    }
-
     /// A cached, unexpired key, or nil (then ask `key(kid:alg:)`).
     public nonisolated func cachedKey(kid: String, alg: String) -> ResolvedKey? {
         snapshot.withLock { snapshot in

@@ -164,9 +164,17 @@ public final class EventInbox: Service, Sendable {
             // One row's data failed the whole statement: store the others one by one.
             for pending in batch { await commit([pending]) }
         } catch {
-            logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(String(reflecting: error))"])
+            logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(Self.describe(error))"])
             for pending in batch { pending.continuation.resume(throwing: Failure.unavailable) }
         }
+    }
+
+    /// An error for the log. Never the query's bound values: they hold the claims.
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return String(describing: error) }
+        let sqlState = error.serverInfo?[.sqlState].map { " sqlstate=\($0)" } ?? ""
+        let message = error.serverInfo?[.message].map { " \($0)" } ?? ""
+        return "\(error.code)\(sqlState)\(message)"
     }
 
     private struct EventKey: Hashable {

@@ -9,6 +9,11 @@ public struct Migrator: Sendable {
     public struct Migration: Sendable, Equatable {
         public var version: String
         public var sql: String
+        public init(version: String, sql: String) {
+            self.version = version
+            self.sql = sql
+        }
+
         public var checksum: String { SHA256.hash(data: Data(sql.utf8)).map { String(format: "%02x", $0) }.joined() }
     }
 
@@ -53,6 +58,15 @@ public struct Migrator: Sendable {
     /// Applies what is pending; returns the versions applied now.
     @discardableResult
     public func migrate(client: PostgresClient, logger: Logger) async throws -> [String] {
+        do {
+            return try await applyPending(client: client, logger: logger)
+        } catch let error as PostgresTransactionError {
+            // Report what went wrong inside the transaction (a changed file, a failing statement).
+            throw error.closureError ?? error
+        }
+    }
+
+    private func applyPending(client: PostgresClient, logger: Logger) async throws -> [String] {
         try await client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(Self.advisoryLockKey))", logger: logger)
             try await connection.query(
@@ -90,15 +104,6 @@ public struct Migrator: Sendable {
             }
             return appliedNow
         }
-    }
-
-    /// Whether every known migration is applied (for readiness).
-    public func isCurrent(client: PostgresClient, logger: Logger) async throws -> Bool {
-        var applied = Set<String>()
-        let rows = try await client.query(
-            "SELECT version FROM schema_migrations", logger: logger)
-        for try await version in rows.decode(String.self) { applied.insert(version) }
-        return migrations.allSatisfy { applied.contains($0.version) }
     }
 }
 

@@ -13,8 +13,18 @@ struct SubprocessFailed: Error, CustomStringConvertible {
 struct ChildProcess: Sendable {
     let pid: pid_t
 
-    static func spawn(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> ChildProcess {
+    static func spawn(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil, outputFile: String? = nil
+    ) throws -> ChildProcess {
         var pid: pid_t = 0
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if let outputFile {
+            // Standard output and standard error both go to the file.
+            posix_spawn_file_actions_addopen(&actions, 1, outputFile, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+            posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        }
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envStrings = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         let envp = envStrings.map { strdup($0) } + [nil]
@@ -22,7 +32,7 @@ struct ChildProcess: Sendable {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
-        let result = posix_spawn(&pid, executable, nil, nil, argv, envp)
+        let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
         guard result == 0 else { throw SubprocessFailed(description: "cannot start \(executable): error \(result)") }
         return ChildProcess(pid: pid)
     }

@@ -1,0 +1,99 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISCStore
+import Testing
+
+/// The built `risc-receiver` executable, next to the test bundle.
+let riscReceiverBinary: String = {
+    let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    return testBinary.deletingLastPathComponent().appendingPathComponent("risc-receiver").path
+}()
+
+/// Runs the executable; returns its exit status and everything it printed.
+func runRiscReceiver(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String) {
+    let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("risc-\(UUID().uuidString).log").path
+    defer { try? FileManager.default.removeItem(atPath: outputFile) }
+    var env = environment
+    env["PATH"] = ProcessInfo.processInfo.environment["PATH"]
+    let status = try await ChildProcess.spawn(riscReceiverBinary, arguments, environment: env, outputFile: outputFile).wait()
+    return (status, (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")
+}
+
+@Suite("Configuration errors and migrations")
+struct CommandTests {
+    static let validEnvironment = [
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/none?sslmode=disable", "RISC_CLIENT_IDS": "client-1",
+    ]
+
+    @Test(
+        "Bad configuration exits 2 with one line naming the variable",
+        arguments: [
+            ("DATABASE_URL", nil), ("DATABASE_URL", "mysql://x"), ("RISC_CLIENT_IDS", nil), ("RISC_CLIENT_IDS", " , "),
+            ("RISC_PORT", "http"), ("RISC_PORT", "70000"), ("RISC_ALLOWED_ALGS", "RS256,none"), ("RISC_ALLOWED_ALGS", "HS256"),
+            ("RISC_ALLOWED_ALGS", "XX1"), ("RISC_CONFIGURATION_URL", "ftp://example.com/x"),
+        ] as [(String, String?)])
+    func configurationErrors(_ variable: String, _ value: String?) async throws {
+        var environment = Self.validEnvironment
+        environment[variable] = value
+        let (status, output) = try await runRiscReceiver(["serve"], environment: environment)
+        #expect(status == 2)
+        let lines = output.split(separator: "\n")
+        #expect(lines.count == 1, "\(output)")
+        #expect(lines.first?.contains(variable) == true, "\(output)")
+    }
+
+    @Test("An unknown subcommand or option is a usage error")
+    func usage() async throws {
+        let (status, output) = try await runRiscReceiver(["frobnicate"], environment: [:])
+        #expect(status != 0)
+        #expect(output.contains("Usage") || output.contains("USAGE"))
+        let send = try await runRiscReceiver(["dev", "send", "sessions-revoked"], environment: [:])
+        #expect(send.status != 0)
+        #expect(send.output.contains("needs --sub"))
+    }
+
+    @Test("migrate applies everything once, concurrently safe, and refuses a changed file")
+    func migrations() async throws {
+        let logger = Harness.logger
+        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
+        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
+        let name = "risc_migrate_\(UInt32.random(in: 0...UInt32.max))"
+        // A client's pool runs once, so one run spans the whole test.
+        try await admin.whileRunning(timeout: .seconds(120)) { admin in
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
+            try await Self.migrate(databaseURL: adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?"))
+            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+        }
+    }
+
+    static func migrate(databaseURL url: String) async throws {
+        let logger = Harness.logger
+        let environment = ["DATABASE_URL": url, "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path]
+
+        // Four at once: the advisory lock lets exactly one apply; the others find nothing to do.
+        let results = try await withThrowingTaskGroup(of: (Int32, String).self) { group in
+            for _ in 0..<4 { group.addTask { try await runRiscReceiver(["migrate"], environment: environment) } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.allSatisfy { $0.0 == 0 }, "\(results)")
+        #expect(results.filter { $0.1.contains("Applied 0001_events") }.count == 1, "\(results)")
+        let again = try await runRiscReceiver(["migrate"], environment: environment)
+        #expect(again.status == 0)
+        #expect(again.output.contains("up to date"))
+
+        let database = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
+        try await database.whileRunning { client in
+            var count = 0
+            for try await version in try await client.query("SELECT version FROM schema_migrations", logger: logger).decode(String.self) {
+                #expect(version == "0001_events")
+                count += 1
+            }
+            #expect(count == 1)
+            let changed = Migrator(migrations: [.init(version: "0001_events", sql: "SELECT 1")])
+            await #expect(throws: Migrator.Failure.self) { try await changed.migrate(client: client, logger: logger) }
+            let older = Migrator(migrations: [])
+            await #expect(throws: Migrator.Failure.self) { try await older.migrate(client: client, logger: logger) }
+        }
+    }
+}
