@@ -37,6 +37,9 @@ public struct SecurityEventToken: Sendable {
     public let events: [SecurityEvent]
     /// The payload JSON exactly as signed (no signature), kept as the stored record of the claims.
     public let payloadJSON: Data
+    /// What the signature covers (`header.payload`, as sent) and the decoded signature.
+    public let signingInput: Data
+    public let signature: Data
 
     static let acceptedTypValues: Set<String> = ["secevent+jwt", "application/secevent+jwt", "jwt"]
 
@@ -49,7 +52,7 @@ public struct SecurityEventToken: Sendable {
         }
         guard let headerData = Base64Lenient.decodeJWSSegment(segments[0]),
             let payloadData = Base64Lenient.decodeJWSSegment(segments[1]),
-            Base64Lenient.decodeJWSSegment(segments[2]) != nil
+            let signature = Base64Lenient.decodeJWSSegment(segments[2])
         else {
             throw .invalidRequest("a JWS segment is not valid base64url")
         }
@@ -100,7 +103,8 @@ public struct SecurityEventToken: Sendable {
 
         return SecurityEventToken(
             header: header, issuer: issuer, issuedAt: issuedAt, jti: jti, audience: audience, events: events,
-            payloadJSON: payloadData)
+            payloadJSON: payloadData, signingInput: Data(token.utf8[segments[0].startIndex..<segments[1].endIndex]),
+            signature: signature)
     }
 
     private static func parseHeader(_ data: Data, policy: SETPolicy) throws(SETRejection) -> Header {

@@ -13,10 +13,10 @@ public enum KeyLookupError: Error, Sendable, Equatable {
     case keysUnavailable
 }
 
-/// A key, with the issuer its discovery document names.
+/// A key's verifier, with the issuer its discovery document names.
 public struct ResolvedKey: Sendable {
     public let issuer: String
-    public let collection: JWTKeyCollection
+    public let algorithm: any JWTAlgorithm
 }
 
 /// The discovery document and JWKS of one token issuer (the RISC transmitter, or Google's OpenID provider),
@@ -77,9 +77,9 @@ public actor IssuerKeys {
     /// A cached, unexpired key, or nil (then ask `key(kid:alg:)`).
     public nonisolated func cachedKey(kid: String, alg: String) -> ResolvedKey? {
         snapshot.withLock { snapshot in
-            guard let snapshot, clock() < snapshot.expiresAt, let collection = snapshot.keys.collection(kid: kid, alg: alg)
+            guard let snapshot, clock() < snapshot.expiresAt, let algorithm = snapshot.keys.algorithm(kid: kid, alg: alg)
             else { return nil }
-            return ResolvedKey(issuer: snapshot.issuer, collection: collection)
+            return ResolvedKey(issuer: snapshot.issuer, algorithm: algorithm)
         }
     }
 
@@ -104,8 +104,8 @@ public actor IssuerKeys {
     }
 
     private func lookup(kid: String, alg: String) -> ResolvedKey? {
-        guard let issuer, let collection = keys.collection(kid: kid, alg: alg) else { return nil }
-        return ResolvedKey(issuer: issuer, collection: collection)
+        guard let issuer, let algorithm = keys.algorithm(kid: kid, alg: alg) else { return nil }
+        return ResolvedKey(issuer: issuer, algorithm: algorithm)
     }
 
     private func startBackgroundRefresh() {

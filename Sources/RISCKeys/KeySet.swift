@@ -4,20 +4,22 @@ import RISC
 
 /// The verification keys of one JWKS, indexed by `kid` and algorithm.
 ///
-/// Each (kid, alg) pair gets a `JWTKeyCollection` holding that single key, with `alg` pinned. This sidesteps
+/// Each (kid, alg) pair gets jwt-kit's verifier for that single key, with `alg` pinned. This sidesteps
 /// three jwt-kit 5.8 traps at once: an unknown `kid` cannot fall back to a default key, a JWK without `alg`
 /// cannot adopt whatever algorithm the first token claims, and one unsupported key cannot poison the set.
+/// Holding the verifier itself (rather than a `JWTKeyCollection`) keeps actor hops and a second JSON decode
+/// of the token off the request path.
 struct KeySet: Sendable {
-    private(set) var collections: [String: [String: JWTKeyCollection]] = [:]
+    private(set) var algorithms: [String: [String: any JWTAlgorithm]] = [:]
 
-    var kids: Set<String> { Set(collections.keys) }
-    var isEmpty: Bool { collections.isEmpty }
+    var kids: Set<String> { Set(algorithms.keys) }
+    var isEmpty: Bool { algorithms.isEmpty }
 
-    func collection(kid: String, alg: String) -> JWTKeyCollection? {
-        collections[kid]?[alg]
+    func algorithm(kid: String, alg: String) -> (any JWTAlgorithm)? {
+        algorithms[kid]?[alg]
     }
 
-    func knows(kid: String) -> Bool { collections[kid] != nil }
+    func knows(kid: String) -> Bool { algorithms[kid] != nil }
 
     /// Which algorithms a key type can verify.
     private static func algorithms(for jwk: JWK, curve: String?) -> [String] {
@@ -53,12 +55,11 @@ struct KeySet: Sendable {
                 var pinned = jwk
                 pinned.algorithm = JWK.Algorithm(rawValue: alg)
                 let collection = JWTKeyCollection()
-                do {
-                    try await collection.add(jwk: pinned)
-                } catch {
-                    continue
-                }
-                set.collections[kid, default: [:]][alg] = collection
+                guard let identifier = pinned.keyIdentifier,
+                    (try? await collection.add(jwk: pinned)) != nil,
+                    let algorithm = try? await collection.getKey(for: identifier, alg: alg)
+                else { continue }
+                set.algorithms[kid, default: [:]][alg] = algorithm
             }
         }
         return set
