@@ -70,6 +70,9 @@ after=$($psql -c 'SELECT count(*) FROM risc_events')
 # wrk paces per connection (a pause after each response), so the achieved rate falls short of the
 # nominal one by the response time. A first paced run measures the shortfall; the second is paced
 # so that the achieved rate is the one asked for.
+# Each run starts from a vacuumed, checkpointed table, so one run's after-effects are not billed to the next.
+settle() { $psql -c 'VACUUM ANALYZE risc_events' -c 'CHECKPOINT' >/dev/null; }
+settle
 calibration=$(run_wrk "$work/calibration-tokens" "$latency_rate")
 # Per connection a cycle is pause + response time; solving for the pause that makes the cycle
 # connections/target gives a nominal rate of 1 / (2/target - 1/achieved).
@@ -77,6 +80,7 @@ nominal_rate=$(python3 -c "
 r, a = $latency_rate, max(1.0, $(field rate "$calibration"))
 d = 2 / r - 1 / a
 print(round(1 / d) if d > 0 else 4 * r)")
+settle
 latency=$(run_wrk "$work/latency-tokens" "$nominal_rate")
 
 $psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'

@@ -15,15 +15,23 @@ mkdir -p "$state"
 chmod 755 "$state"
 
 pg_ensure_installed
+# As root the cluster belongs to `postgres`, which must be able to reach its directory; a checkout under
+# a private home directory is not reachable, so the cluster then lives under /var/tmp instead.
+pg_dir=$state/postgres
+if [ "$(id -u)" -eq 0 ] && ! runuser -u postgres -- test -x "$state"; then
+  pg_dir=/var/tmp/risc-receiver-local/postgres
+  mkdir -p "$(dirname "$pg_dir")"
+  chmod 755 "$(dirname "$pg_dir")"
+fi
 echo "Building risc-receiver..."
 swift build --product risc-receiver
 bin=$(swift build --show-bin-path)/risc-receiver
 
-pg_start "$state/postgres" "$PG_PORT"
+pg_start "$pg_dir" "$PG_PORT"
 transmitter_pid=""
 cleanup() {
   [ -n "$transmitter_pid" ] && kill "$transmitter_pid" 2>/dev/null && wait "$transmitter_pid" 2>/dev/null
-  pg_stop "$state/postgres"
+  pg_stop "$pg_dir"
 }
 trap cleanup EXIT
 pg_createdb "$PG_PORT" risc
