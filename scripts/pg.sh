@@ -24,7 +24,8 @@ pg_ensure_installed() {
 
 # Runs a command as the cluster's owner.
 pg_as_owner() {
-  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+  # From /, which the owner can always enter (the caller's directory may be private).
+  if [ "$(id -u)" -eq 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 pg_free_port() {
