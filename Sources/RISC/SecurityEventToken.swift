@@ -77,15 +77,13 @@ public struct SecurityEventToken: Sendable {
             throw .invalidRequest("the jti claim is not a non-empty string")
         }
 
+        // aud is not one of the required claims: a missing or malformed one names none of our client IDs,
+        // which the audience check answers with invalid_audience.
         let audience: [String]
         switch claims["aud"] {
         case .string(let value): audience = [value]
-        case .array(let values):
-            let strings = values.compactMap(\.stringValue)
-            guard strings.count == values.count else { throw .invalidRequest("the aud claim holds a non-string") }
-            audience = strings
-        case .none: audience = []
-        default: throw .invalidRequest("the aud claim is neither a string nor an array of strings")
+        case .array(let values): audience = values.compactMap(\.stringValue)
+        default: audience = []
         }
 
         guard let eventsValue = claims["events"] else { throw .invalidRequest("the events claim is missing") }
@@ -116,10 +114,7 @@ public struct SecurityEventToken: Sendable {
                 throw .invalidRequest("the typ header is not secevent+jwt")
             }
         }
-        guard let alg = header["alg"]?.stringValue else {
-            throw .invalidRequest("the alg header is missing")
-        }
-        guard policy.allowedAlgorithms.contains(alg) else {
+        guard let alg = header["alg"]?.stringValue, policy.allowedAlgorithms.contains(alg) else {
             throw .invalidKey("the signing algorithm is not accepted")
         }
         if header["crit"] != nil {
@@ -138,7 +133,7 @@ public struct SecurityEventToken: Sendable {
             throw SETRejection(.invalidIssuer, "the issuer is not the configured transmitter")
         }
         guard !audience.isEmpty else {
-            throw SETRejection(.invalidAudience, "the aud claim is missing")
+            throw SETRejection(.invalidAudience, "the aud claim is missing or holds no string")
         }
         guard audience.contains(where: policy.audiences.contains) else {
             throw SETRejection(.invalidAudience, "the audience is not one of this receiver's client IDs")

@@ -87,6 +87,10 @@ public actor IssuerKeys {
     public func key(kid: String, alg: String) async throws(KeyLookupError) -> ResolvedKey {
         let now = clock()
         if issuer == nil {
+            // Never loaded: try now, but do not hammer a transmitter that just failed.
+            if lastFetchFailed, now.timeIntervalSince(lastFetchStarted) < min(5, settings.unknownKidRefetchInterval) {
+                throw .keysUnavailable
+            }
             do { try await refreshNow() } catch { throw .keysUnavailable }
         } else if now >= expiresAt {
             startBackgroundRefresh()
@@ -94,6 +98,11 @@ public actor IssuerKeys {
         if let found = lookup(kid: kid, alg: alg) { return found }
         if keys.knows(kid: kid) { throw .unknownKey }
 
+        // A fetch already under way may be bringing this very key (a rotation seen by several SETs at once).
+        if let refresh {
+            _ = try? await refresh.value
+            if let found = lookup(kid: kid, alg: alg) { return found }
+        }
         // An unknown kid may be a freshly rotated key: refetch, but not more than once per interval.
         if now.timeIntervalSince(lastFetchStarted) >= settings.unknownKidRefetchInterval {
             do { try await refreshNow() } catch { throw .keysUnavailable }
@@ -137,12 +146,12 @@ public actor IssuerKeys {
     private func fetch() async throws {
         lastFetchStarted = clock()
         do {
-            let discoveryDocument = try await httpClient.fetchDocument(settings.discoveryURL)
-            let discovery = try JSONDecoder().decode(Discovery.self, from: discoveryDocument.body)
+            let discovery = try JSONDecoder().decode(
+                Discovery.self, from: try await httpClient.fetchDocument(settings.discoveryURL).body)
             let jwksDocument = try await httpClient.fetchDocument(discovery.jwks_uri)
             let newKeys = try await KeySet.build(jwksJSON: jwksDocument.body, allowedAlgorithms: settings.allowedAlgorithms)
-            let maxAge = min(
-                discoveryDocument.maxAge ?? settings.defaultMaxAge, jwksDocument.maxAge ?? settings.defaultMaxAge)
+            // The JWKS response's max-age governs (SPEC §2); the discovery document is re-read with it.
+            let maxAge = jwksDocument.maxAge ?? settings.defaultMaxAge
             // Swap in a whole new key set: removing keys from a live jwt-kit collection is unreliable.
             issuer = discovery.issuer
             keys = newKeys

@@ -106,13 +106,14 @@ public final class EventInbox: Service, Sendable {
     }
 
     public func run() async throws {
-        await withGracefulShutdownHandler {
+        // Cancellation (a sibling service failed) must stop the flushers as surely as a graceful shutdown.
+        await withTaskCancellationOrGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 for _ in 0..<settings.flushers {
                     group.addTask { await self.flushLoop() }
                 }
             }
-        } onGracefulShutdown: {
+        } onCancelOrGracefulShutdown: {
             self.close()
         }
     }
@@ -183,12 +184,21 @@ public final class EventInbox: Service, Sendable {
     }
 
     /// One multi-row INSERT for the whole batch; returns the keys that were new.
+    ///
+    /// An explicit transaction, because the rows of an implicit one are delivered before the commit
+    /// (at CommandComplete, ahead of Sync): only an awaited COMMIT proves the rows are durable.
     private func insert(_ events: [InboundEvent]) async throws -> Set<EventKey> {
-        var stored = Set<EventKey>()
-        for try await (issuer, jti) in try await client.execute(InsertEvents(events), logger: logger) {
-            stored.insert(EventKey(issuer: issuer, jti: jti))
+        do {
+            return try await client.withTransaction(logger: logger) { connection in
+                var stored = Set<EventKey>()
+                for try await (issuer, jti) in try await connection.execute(InsertEvents(events), logger: logger) {
+                    stored.insert(EventKey(issuer: issuer, jti: jti))
+                }
+                return stored
+            }
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.commitError ?? error.beginError ?? error
         }
-        return stored
     }
 }
 
@@ -250,29 +260,49 @@ public func withTimeout<Result: Sendable>(
         let work = Task {
             do { once.resume(with: .success(try await operation())) } catch { once.resume(with: .failure(error)) }
         }
-        Task {
-            try? await Task.sleep(for: timeout)
-            if once.resume(with: .failure(TimeoutError())) { work.cancel() }
-        }
+        once.setTimer(
+            Task {
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                if once.resume(with: .failure(TimeoutError())) { work.cancel() }
+            })
     }
 }
 
-/// A continuation that only the first of several racers resumes.
+/// A continuation that only the first of several racers resumes; resuming also stops the timer.
 private final class ResumeOnce<Value: Sendable>: Sendable {
-    private let continuation = Mutex<CheckedContinuation<Value, any Error>?>(nil)
+    private struct State {
+        var continuation: CheckedContinuation<Value, any Error>?
+        var timer: Task<Void, Never>?
+        var finished = false
+    }
+
+    private let state = Mutex(State())
 
     func set(_ continuation: CheckedContinuation<Value, any Error>) {
-        self.continuation.withLock { $0 = continuation }
+        state.withLock { $0.continuation = continuation }
+    }
+
+    func setTimer(_ timer: Task<Void, Never>) {
+        let finished = state.withLock { state in
+            if !state.finished { state.timer = timer }
+            return state.finished
+        }
+        if finished { timer.cancel() }
     }
 
     /// Resumes if nobody has yet; returns whether this call did.
     @discardableResult
     func resume(with result: Result<Value, any Error>) -> Bool {
-        let taken = continuation.withLock { state in
-            defer { state = nil }
-            return state
+        let (continuation, timer) = state.withLock { state in
+            defer {
+                state.continuation = nil
+                state.timer = nil
+                state.finished = true
+            }
+            return (state.continuation, state.timer)
         }
-        taken?.resume(with: result)
-        return taken != nil
+        timer?.cancel()
+        continuation?.resume(with: result)
+        return continuation != nil
     }
 }

@@ -16,6 +16,23 @@ struct KeyAndOutageTests {
         }
     }
 
+    @Test("SETs arriving together with a newly rotated kid all wait for the one refetch and are accepted")
+    func concurrentRotation() async throws {
+        var options = Harness.Options()
+        options.unknownKidRefetchInterval = 1
+        try await Harness.with(options) { harness in
+            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            _ = try await harness.transmitter.rotateKeys(retireOld: true)
+            try await Task.sleep(for: .milliseconds(1_100))
+            var tokens: [String] = []
+            for _ in 0..<30 { tokens.append(try await harness.makeSET("sessions-revoked")) }
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for token in tokens { group.addTask { try await harness.post(token).status } }
+                for try await status in group { #expect(status == 202) }
+            }
+        }
+    }
+
     @Test("The unknown-kid refetch is rate-limited")
     func rateLimitedRefetch() async throws {
         var options = Harness.Options()

@@ -46,7 +46,7 @@ struct SETRejectionTests {
         "A required claim of the wrong type is invalid_request",
         arguments: [
             ("iss", JSONValue.number(1)), ("iat", .string("yesterday")), ("jti", .number(7)), ("jti", .string("")),
-            ("events", .string("x")), ("events", .array([])), ("aud", .number(3)), ("aud", .array([.number(1)])),
+            ("events", .string("x")), ("events", .array([])),
         ] as [(String, JSONValue)])
     func wrongType(_ name: String, _ value: JSONValue) {
         #expect(T.rejection(T.compact(claims: T.claims { $0[name] = value }))?.code == .invalidRequest)
@@ -105,9 +105,11 @@ struct SETRejectionTests {
         #expect((try? SecurityEventToken.parse(compact: T.compact(header: T.header(alg: "RS384")), policy: policy, now: T.now)) != nil)
     }
 
-    @Test("A missing kid is invalid_key")
-    func missingKid() {
+    @Test("A missing kid or alg is invalid_key")
+    func missingKidOrAlg() {
         #expect(T.rejection(T.compact(header: T.header(kid: nil)))?.code == .invalidKey)
+        #expect(T.rejection(T.compact(header: ["kid": "key-1"]))?.code == .invalidKey)
+        #expect(T.rejection(T.compact(header: ["kid": "key-1", "alg": 256]))?.code == .invalidKey)
     }
 
     @Test("An unknown crit header is refused")
@@ -152,6 +154,10 @@ struct SETRejectionTests {
         #expect(try check(nil) == .invalidAudience)
         #expect(try check("someone-else") == .invalidAudience)
         #expect(try check([]) == .invalidAudience)
+        // A malformed aud names none of our client IDs; a stray non-string does not hide one that matches.
+        #expect(try check(.number(3)) == .invalidAudience)
+        #expect(try check([.number(1)]) == .invalidAudience)
+        #expect(try check([.string(T.audience), .number(5)]) == nil)
     }
 
     @Test("The error body is exactly {err, description}")
