@@ -57,50 +57,51 @@ private struct Parser {
     }
 
     mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
-        index += 1
         var members: [String: JSONValue] = [:]
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-            return .object(members)
-        }
-        while true {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error }
-            let key = try parseString()
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error }
-            index += 1
-            skipWhitespace()
-            let value = try parseValue(depth: depth + 1)
+        try parseList(closing: UInt8(ascii: "}")) { (parser: inout Parser) throws(JSONParseError) in
+            guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: "\"") else { throw parser.error }
+            let key = try parser.parseString()
+            parser.skipWhitespace()
+            guard parser.index < parser.bytes.count, parser.bytes[parser.index] == UInt8(ascii: ":") else { throw parser.error }
+            parser.index += 1
+            parser.skipWhitespace()
+            let value = try parser.parseValue(depth: depth + 1)
             // A repeated member is ambiguous (RFC 8259 §4); refuse it rather than guess which one counts.
-            guard members.updateValue(value, forKey: key) == nil else { throw error }
-            skipWhitespace()
-            guard index < bytes.count else { throw error }
-            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            guard bytes[index] == UInt8(ascii: "}") else { throw error }
-            index += 1
-            return .object(members)
+            guard members.updateValue(value, forKey: key) == nil else { throw parser.error }
         }
+        return .object(members)
     }
 
     mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
-        index += 1
         var elements: [JSONValue] = []
+        try parseList(closing: UInt8(ascii: "]")) { (parser: inout Parser) throws(JSONParseError) in
+            elements.append(try parser.parseValue(depth: depth + 1))
+        }
+        return .array(elements)
+    }
+
+    /// From an opening bracket: `element (, element)*` up to `closing`, or nothing at all.
+    mutating func parseList(
+        closing: UInt8, _ element: (inout Parser) throws(JSONParseError) -> Void
+    ) throws(JSONParseError) {
+        index += 1
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+        if index < bytes.count, bytes[index] == closing {
             index += 1
-            return .array(elements)
+            return
         }
         while true {
             skipWhitespace()
-            elements.append(try parseValue(depth: depth + 1))
+            try element(&self)
             skipWhitespace()
             guard index < bytes.count else { throw error }
-            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            guard bytes[index] == UInt8(ascii: "]") else { throw error }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            guard bytes[index] == closing else { throw error }
             index += 1
-            return .array(elements)
+            return
         }
     }
 

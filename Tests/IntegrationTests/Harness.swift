@@ -120,6 +120,11 @@ struct Harness {
         return Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
     }
 
+    /// Signs a fresh SET (new jti, new user) and POSTs it.
+    func postNewSET(_ type: String = "sessions-revoked") async throws -> Reply {
+        try await post(try await makeSET(type))
+    }
+
     /// Signs a SET of the given type with the transmitter's current key.
     func makeSET(_ type: String, sub: String? = "user-\(UUID().uuidString)", configure: (inout SETRequest) -> Void = { _ in })
         async throws -> String

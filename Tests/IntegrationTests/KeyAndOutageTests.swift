@@ -7,11 +7,11 @@ struct KeyAndOutageTests {
     @Test("After key rotation, an unknown kid triggers a refetch and the SET is accepted")
     func rotation() async throws {
         try await Harness.with { harness in
-            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            #expect(try await harness.postNewSET().status == 202)
             let oldKid = harness.transmitter.currentKid
             let newKid = try await harness.transmitter.rotateKeys(retireOld: true)
             #expect(newKid != oldKid)
-            let reply = try await harness.post(try await harness.makeSET("sessions-revoked"))
+            let reply = try await harness.postNewSET()
             #expect(reply.status == 202, "\(reply.body)")
         }
     }
@@ -21,7 +21,7 @@ struct KeyAndOutageTests {
         var options = Harness.Options()
         options.unknownKidRefetchInterval = 1
         try await Harness.with(options) { harness in
-            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            #expect(try await harness.postNewSET().status == 202)
             _ = try await harness.transmitter.rotateKeys(retireOld: true)
             try await Task.sleep(for: .milliseconds(1_100))
             var tokens: [String] = []
@@ -39,9 +39,9 @@ struct KeyAndOutageTests {
         options.unknownKidRefetchInterval = 30
         try await Harness.with(options) { harness in
             // The first SET loads the keys; a rotation right after cannot be picked up for 30 s.
-            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            #expect(try await harness.postNewSET().status == 202)
             _ = try await harness.transmitter.rotateKeys(retireOld: false)
-            let first = try await harness.post(try await harness.makeSET("sessions-revoked"))
+            let first = try await harness.postNewSET()
             #expect(first.rejection?.err == "invalid_key")
         }
     }
@@ -49,9 +49,9 @@ struct KeyAndOutageTests {
     @Test("During a JWKS outage a cached kid still verifies; an uncached one gets 503 with Retry-After")
     func jwksOutage() async throws {
         try await Harness.with { harness in
-            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            #expect(try await harness.postNewSET().status == 202)
             harness.transmitter.setKeysOutage(true)
-            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            #expect(try await harness.postNewSET().status == 202)
             _ = try await harness.transmitter.rotateKeys(retireOld: true)
             let token = try await harness.makeSET("sessions-revoked")
             let reply = try await harness.post(token)
@@ -68,7 +68,7 @@ struct KeyAndOutageTests {
     func keysNeverLoaded() async throws {
         try await Harness.with { harness in
             harness.transmitter.setKeysOutage(true)
-            let reply = try await harness.post(try await harness.makeSET("sessions-revoked"))
+            let reply = try await harness.postNewSET()
             #expect(reply.status == 503)
         }
     }
@@ -79,7 +79,7 @@ struct KeyAndOutageTests {
         options.databaseURL = Harness.environment("RISC_TEST_OUTAGE_DATABASE_URL")
         options.commitTimeout = .seconds(2)
         try await Harness.with(options) { harness in
-            #expect(try await harness.post(try await harness.makeSET("sessions-revoked")).status == 202)
+            #expect(try await harness.postNewSET().status == 202)
             try await shell(Harness.environment("RISC_TEST_OUTAGE_STOP"))
             let token = try await harness.makeSET("sessions-revoked")
             let down = try await harness.post(token)
