@@ -183,39 +183,30 @@ public final class EventInbox: Service, Sendable {
         var jti: String
     }
 
-    /// One multi-row INSERT for the whole batch; returns the keys that were new.
+    /// Stores the whole batch with one `CALL`; returns the keys that were new.
     ///
-    /// An explicit transaction, because the rows of an implicit one are delivered before the commit
-    /// (at CommandComplete, ahead of Sync): only an awaited COMMIT proves the rows are durable.
+    /// Not a plain INSERT: an implicit transaction commits at Sync, after the rows have been delivered, and
+    /// an explicit BEGIN … COMMIT costs two more round trips per batch. The procedure commits before it
+    /// answers, so a returned CALL means the batch is durable.
     private func insert(_ events: [InboundEvent]) async throws -> Set<EventKey> {
-        do {
-            return try await client.withTransaction(logger: logger) { connection in
-                var stored = Set<EventKey>()
-                for try await (issuer, jti) in try await connection.execute(InsertEvents(events), logger: logger) {
-                    stored.insert(EventKey(issuer: issuer, jti: jti))
-                }
-                return stored
+        var stored = Set<EventKey>()
+        for try await positions in try await client.execute(StoreEvents(events), logger: logger) {
+            for position in positions ?? [] where position >= 1 && position <= events.count {
+                let event = events[Int(position) - 1]
+                stored.insert(EventKey(issuer: event.issuer, jti: event.jti))
             }
-        } catch let error as PostgresTransactionError {
-            throw error.closureError ?? error.commitError ?? error.beginError ?? error
         }
+        return stored
     }
 }
 
-/// The batch INSERT, prepared once per connection: it runs hundreds of times a second under load.
-/// Columns travel as parallel arrays and are zipped back into rows by `unnest`.
-private struct InsertEvents: PostgresPreparedStatement {
+/// The batch CALL, prepared once per connection: it runs hundreds of times a second under load.
+/// Columns travel as parallel arrays and are zipped back into rows by `unnest` inside the procedure.
+private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
-        INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status, completed_at)
-        SELECT i.issuer, i.jti, ARRAY(SELECT jsonb_array_elements_text(i.types::jsonb)), NULLIF(i.sub, ''),
-               i.events::jsonb, i.claims::jsonb, to_timestamp(i.iat), i.status,
-               CASE WHEN i.status = 'ignored' THEN now() END
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[])
-             AS i(issuer, jti, types, sub, events, claims, iat, status)
-        ON CONFLICT (issuer, jti) DO NOTHING
-        RETURNING issuer, jti
+        CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[], NULL)
         """
-    typealias Row = (String, String)
+    typealias Row = [Int64]?
 
     let events: [InboundEvent]
 
@@ -235,7 +226,7 @@ private struct InsertEvents: PostgresPreparedStatement {
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        try row.decode(Row.self)
+        try row.decode([Int64]?.self)
     }
 }
 
