@@ -49,11 +49,21 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The worker: turns stored events into account actions.
+        .target(
+            name: "RISCWorker",
+            dependencies: [
+                "RISC", "RISCStore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // Hummingbird routes and buildApplication.
         .target(
             name: "RISCServer",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore",
+                "RISC", "RISCKeys", "RISCStore", "RISCWorker",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Configuration", package: "swift-configuration"),
             ]
@@ -73,7 +83,7 @@ let package = Package(
         .executableTarget(
             name: "risc-receiver",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCServer", "DevTransmitter",
+                "RISC", "RISCKeys", "RISCStore", "RISCServer", "RISCWorker", "DevTransmitter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -90,11 +100,12 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCServer", "DevTransmitter",
+                "RISC", "RISCKeys", "RISCStore", "RISCServer", "RISCWorker", "DevTransmitter",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
     ]

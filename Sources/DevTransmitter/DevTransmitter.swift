@@ -6,20 +6,26 @@ import NIOCore
 import RISC
 import Synchronization
 
-/// A local stand-in for Google's RISC transmitter (SPEC §8): discovery document, JWKS with rotation,
-/// and signing and pushing SETs on command. It listens on loopback only.
+/// A local stand-in for Google (SPEC §8): RISC discovery document, OpenID configuration, JWKS with rotation,
+/// token and revocation endpoints, and signing and pushing SETs and ID tokens on command. It listens on loopback only.
 public final class DevTransmitter: Sendable {
     public struct Settings: Sendable {
         public var port: Int
         /// Where SETs are pushed unless a request names another target.
         public var receiverURL: String
-        /// The `aud` of the SETs: one of the receiver's client IDs.
+        /// The `aud` of the SETs and ID tokens, and the OAuth client ID: one of the receiver's client IDs.
         public var audience: String
+        /// The OAuth client's secret, as in the client-secret file this transmitter writes.
+        public var clientSecret: String
 
-        public init(port: Int = 8765, receiverURL: String = "http://127.0.0.1:8080/risc/events", audience: String = "dev-client.apps.googleusercontent.com") {
+        public init(
+            port: Int = 8765, receiverURL: String = "http://127.0.0.1:8080/risc/events",
+            audience: String = "dev-client.apps.googleusercontent.com", clientSecret: String = "dev-client-secret"
+        ) {
             self.port = port
             self.receiverURL = receiverURL
             self.audience = audience
+            self.clientSecret = clientSecret
         }
     }
 
@@ -32,6 +38,7 @@ public final class DevTransmitter: Sendable {
     private let boundPort: Mutex<Int?> = Mutex(nil)
     /// While true, the discovery document and JWKS answer 503 (to test a transmitter outage).
     let keysOutage = Atomic<Bool>(false)
+    let oauth = DevOAuthState()
 
     public init(settings: Settings, httpClient: HTTPClient = .shared, logger: Logger) async throws {
         self.settings = settings
@@ -128,6 +135,7 @@ public final class DevTransmitter: Sendable {
     }
 
     func addRoutes(to router: Router<BasicRequestContext>) {
+        addOpenIDRoutes(to: router)
         router.get("/.well-known/risc-configuration") { _, _ in
             guard !self.keysOutage.load(ordering: .relaxed) else { return Response(status: .serviceUnavailable) }
             return Self.json([

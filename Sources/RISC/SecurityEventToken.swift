@@ -46,16 +46,15 @@ public struct SecurityEventToken: Sendable {
     /// Parses a compact JWS and checks everything that does not need a key: structure, header, algorithm,
     /// required claims and their types, and `iat` not too far in the future.
     public static func parse(compact token: String, policy: SETPolicy, now: Date) throws(SETRejection) -> SecurityEventToken {
-        let segments = token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty, !segments[2].isEmpty else {
+        let jws: CompactJWS
+        do {
+            jws = try CompactJWS(token)
+        } catch .notThreeSegments {
             throw .invalidRequest("the body is not a compact JWS (three base64url segments)")
-        }
-        guard let headerData = Base64Lenient.decodeJWSSegment(segments[0]),
-            let payloadData = Base64Lenient.decodeJWSSegment(segments[1]),
-            let signature = Base64Lenient.decodeJWSSegment(segments[2])
-        else {
+        } catch {
             throw .invalidRequest("a JWS segment is not valid base64url")
         }
+        let headerData = jws.header, payloadData = jws.payload
         let header = try parseHeader(headerData, policy: policy)
         // The parser also refuses what PostgreSQL could not store (NUL, lone surrogates).
         guard let payload = try? JSONValue.parse(payloadData), let claims = payload.objectValue else {
@@ -101,8 +100,7 @@ public struct SecurityEventToken: Sendable {
 
         return SecurityEventToken(
             header: header, issuer: issuer, issuedAt: issuedAt, jti: jti, audience: audience, events: events,
-            payloadJSON: payloadData, signingInput: Data(token.utf8[segments[0].startIndex..<segments[1].endIndex]),
-            signature: signature)
+            payloadJSON: payloadData, signingInput: jws.signingInput, signature: jws.signature)
     }
 
     private static func parseHeader(_ data: Data, policy: SETPolicy) throws(SETRejection) -> Header {

@@ -39,6 +39,14 @@ public actor IssuerKeys {
     private struct Discovery: Decodable {
         var issuer: String
         var jwks_uri: String
+        var token_endpoint: String?
+        var revocation_endpoint: String?
+    }
+
+    /// The OAuth endpoints an OpenID provider's discovery document names.
+    public struct Endpoints: Sendable {
+        public var token: String?
+        public var revocation: String?
     }
 
     private let settings: Settings
@@ -47,6 +55,7 @@ public actor IssuerKeys {
     private let clock: @Sendable () -> Date
 
     private var issuer: String?
+    private var endpoints = Endpoints()
     private var keys = KeySet()
     private var expiresAt = Date.distantPast
     private var lastFetchStarted = Date.distantPast
@@ -81,6 +90,14 @@ public actor IssuerKeys {
             else { return nil }
             return ResolvedKey(issuer: snapshot.issuer, algorithm: algorithm)
         }
+    }
+
+    /// The discovery document's OAuth endpoints, loading it first if it never was.
+    public func oauthEndpoints() async throws(KeyLookupError) -> Endpoints {
+        if issuer == nil {
+            do { try await refreshNow() } catch { throw .keysUnavailable }
+        }
+        return endpoints
     }
 
     /// The key for a token's `kid` and `alg`.
@@ -154,6 +171,7 @@ public actor IssuerKeys {
             let maxAge = jwksDocument.maxAge ?? settings.defaultMaxAge
             // Swap in a whole new key set: removing keys from a live jwt-kit collection is unreliable.
             issuer = discovery.issuer
+            endpoints = Endpoints(token: discovery.token_endpoint, revocation: discovery.revocation_endpoint)
             keys = newKeys
             expiresAt = clock().addingTimeInterval(maxAge)
             lastFetchFailed = false

@@ -5,6 +5,7 @@ import PostgresNIO
 import RISC
 import RISCKeys
 import RISCStore
+import RISCWorker
 import ServiceLifecycle
 
 public typealias AppRequestContext = BasicRequestContext
@@ -15,6 +16,14 @@ public struct ServiceDependencies: Sendable {
     public let inbox: EventInbox
     public let transmitterKeys: IssuerKeys
     public let setPolicy: SETPolicy
+    /// Google's OpenID provider: ID-token keys, token and revocation endpoints.
+    public let identityProvider: IssuerKeys
+    public let idTokenPolicy: IDTokenPolicy
+    public let sessions: SessionStore
+    /// Nil unless the vault is configured (RISC_SERVICE_TOKEN and RISC_VAULT_KEY).
+    public let grants: GrantStore?
+    public let oauth: OAuthClient
+    public let workerSettings: EventWorker.Settings
 
     public init(
         configuration: ServiceConfiguration, httpClient: HTTPClient, logger: Logger,
@@ -29,6 +38,28 @@ public struct ServiceDependencies: Sendable {
         keySettings.unknownKidRefetchInterval = unknownKidRefetchInterval
         transmitterKeys = IssuerKeys(settings: keySettings, httpClient: httpClient, logger: logger)
         setPolicy = SETPolicy(allowedAlgorithms: configuration.allowedAlgorithms, audiences: Set(configuration.clientIDs))
+
+        var providerSettings = IssuerKeys.Settings(discoveryURL: configuration.openIDConfigurationURL, allowedAlgorithms: ["RS256"])
+        providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
+        identityProvider = IssuerKeys(settings: providerSettings, httpClient: httpClient, logger: logger)
+        idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
+        sessions = SessionStore(
+            client: postgres, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds), logger: logger)
+        if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
+            let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))
+            grants = GrantStore(client: postgres, cipher: cipher, logger: logger)
+        } else {
+            grants = nil
+        }
+        oauth = OAuthClient(httpClient: httpClient, provider: identityProvider, secrets: configuration.clientSecrets)
+        var workerSettings = EventWorker.Settings()
+        workerSettings.retryPolicy = RetryPolicy(maxAttempts: configuration.maxAttempts)
+        self.workerSettings = workerSettings
+    }
+
+    /// A worker on this process's connection pool.
+    public func makeWorker(logger: Logger) -> EventWorker {
+        EventWorker(client: postgres, settings: workerSettings, logger: logger)
     }
 }
 
@@ -44,6 +75,14 @@ public func buildApplication(
         verifier: SETVerifier(keys: dependencies.transmitterKeys, policy: dependencies.setPolicy),
         inbox: dependencies.inbox
     ).addRoutes(to: router)
+    SessionController<AppRequestContext>(
+        verifier: IDTokenVerifier(keys: dependencies.identityProvider, policy: dependencies.idTokenPolicy),
+        sessions: dependencies.sessions
+    ).addRoutes(to: router)
+    if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {
+        VaultController<AppRequestContext>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)
+            .addRoutes(to: router)
+    }
 
     return Application(
         router: router,

@@ -82,14 +82,3 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
         return Response(status: .serviceUnavailable, headers: headers)
     }
 }
-
-enum JSONResponse {
-    static func make(status: HTTPResponse.Status, _ value: some Encodable) -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json"
-        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(data: data)))
-    }
-}

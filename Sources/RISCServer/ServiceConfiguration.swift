@@ -1,5 +1,7 @@
 import Configuration
 import Foundation
+import RISCKeys
+import RISCStore
 
 /// Everything the service reads from its environment (SPEC §7), validated once at start-up.
 public struct ServiceConfiguration: Sendable {
@@ -16,8 +18,20 @@ public struct ServiceConfiguration: Sendable {
     public var host: String
     public var port: Int
     public var allowedAlgorithms: Set<String>
+    public var openIDConfigurationURL: String = Self.googleOpenIDConfigurationURL
+    /// The vault's bearer token; without it the vault routes do not exist.
+    public var serviceToken: String?
+    /// Base64 AES-256 keys: the current one seals, previous ones only open (for rotation).
+    public var vaultKey: String?
+    public var vaultPreviousKeys: [String] = []
+    public var clientSecrets: [ClientSecret] = []
+    public var maxAttempts = 10
+    public var sessionLifetimeSeconds = 14 * 24 * 3600
+    /// Workspace domains an ID token's `hd` must name; empty for no restriction.
+    public var hostedDomains: Set<String> = []
 
     public static let googleRISCConfigurationURL = "https://accounts.google.com/.well-known/risc-configuration"
+    public static let googleOpenIDConfigurationURL = "https://accounts.google.com/.well-known/openid-configuration"
 
     public init(
         databaseURL: String, clientIDs: [String], riscConfigurationURL: String = Self.googleRISCConfigurationURL,
@@ -38,6 +52,14 @@ public struct ServiceConfiguration: Sendable {
                 throw Problem("must be a postgres:// URL")
             }
             return value
+        }
+    }
+
+    /// The worker's setting: attempts before an event is dead-lettered.
+    public static func maxAttempts(from reader: ConfigReader) throws(Invalid) -> Int {
+        try VariableReader(reader).optional("RISC_MAX_ATTEMPTS", default: 10) { value in
+            guard let attempts = Int(value), (1...1000).contains(attempts) else { throw Problem("must be a number from 1 to 1000") }
+            return attempts
         }
     }
 
@@ -68,6 +90,43 @@ public struct ServiceConfiguration: Sendable {
             let supported: Set<String> = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
             if let unknown = algs.subtracting(supported).first { throw Problem("\(unknown) is not a supported algorithm") }
             return algs
+        }
+        openIDConfigurationURL = try variables.optional(
+            "GOOGLE_OPENID_CONFIGURATION_URL", default: Self.googleOpenIDConfigurationURL) { try Self.httpURL($0) }
+        serviceToken = try variables.optional("RISC_SERVICE_TOKEN", default: nil) { value -> String? in
+            guard value.count >= 16 else { throw Problem("must be at least 16 characters") }
+            return value
+        }
+        vaultKey = try variables.optional("RISC_VAULT_KEY", default: nil) { value -> String? in
+            guard VaultCipher.key(base64: value) != nil else { throw Problem("must be 32 bytes in base64 (openssl rand -base64 32)") }
+            return value
+        }
+        if serviceToken != nil, vaultKey == nil {
+            throw Invalid(variable: "RISC_VAULT_KEY", problem: "is required when RISC_SERVICE_TOKEN enables the vault")
+        }
+        vaultPreviousKeys = try variables.optional("RISC_VAULT_PREVIOUS_KEYS", default: []) { value in
+            let keys = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard keys.allSatisfy({ VaultCipher.key(base64: $0) != nil }) else {
+                throw Problem("must list 32-byte base64 keys, comma-separated")
+            }
+            return keys
+        }
+        clientSecrets = try variables.optional("GOOGLE_CLIENT_SECRET_FILES", default: []) { value in
+            try value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map { path in
+                guard let data = FileManager.default.contents(atPath: path) else { throw Problem("cannot read \(path)") }
+                guard let secret = ClientSecret(json: data) else {
+                    throw Problem("\(path) is not a Google client-secret file ({\"web\"|\"installed\": {client_id, client_secret}})")
+                }
+                return secret
+            }
+        }
+        maxAttempts = try Self.maxAttempts(from: reader)
+        sessionLifetimeSeconds = try variables.optional("RISC_SESSION_TTL", default: 14 * 24 * 3600) { value in
+            guard let seconds = Int(value), seconds >= 60 else { throw Problem("must be a number of seconds, at least 60") }
+            return seconds
+        }
+        hostedDomains = try variables.optional("RISC_HOSTED_DOMAINS", default: []) { value in
+            Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty })
         }
     }
 

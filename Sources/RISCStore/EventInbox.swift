@@ -171,7 +171,7 @@ public final class EventInbox: Service, Sendable {
     }
 
     /// An error for the log. Never the query's bound values: they hold the claims.
-    static func describe(_ error: any Error) -> String {
+    public static func describe(_ error: any Error) -> String {
         guard let error = error as? PSQLError else { return String(describing: error) }
         let sqlState = error.serverInfo?[.sqlState].map { " sqlstate=\($0)" } ?? ""
         let message = error.serverInfo?[.message].map { " \($0)" } ?? ""

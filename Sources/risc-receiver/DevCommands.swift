@@ -17,17 +17,33 @@ struct DevTransmitterCommand: AsyncParsableCommand {
     @Option(help: "Where SETs are pushed.")
     var receiver: String = "http://127.0.0.1:8080/risc/events"
 
-    @Option(help: "The aud of the SETs: one of the receiver's RISC_CLIENT_IDS.")
+    @Option(help: "The aud of SETs and ID tokens, and the OAuth client ID: one of the receiver's RISC_CLIENT_IDS.")
     var audience: String = "dev-client.apps.googleusercontent.com"
+
+    @Option(help: "The OAuth client secret the token endpoint expects.")
+    var clientSecret: String = "dev-client-secret"
+
+    @Option(help: "Write a Google-style client-secret JSON file here (for GOOGLE_CLIENT_SECRET_FILES).")
+    var writeClientSecret: String?
 
     func run() async throws {
         let logger = Bootstrap.logger("risc-receiver.dev-transmitter")
         let transmitter = try await DevTransmitter(
-            settings: .init(port: port, receiverURL: receiver, audience: audience), logger: logger)
+            settings: .init(port: port, receiverURL: receiver, audience: audience, clientSecret: clientSecret), logger: logger)
         let app = transmitter.makeApplication { port in
+            if let path = writeClientSecret {
+                let data = Data(transmitter.clientSecretFile().serialized.utf8)
+                guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                    logger.error("Cannot write the client-secret file", metadata: ["path": "\(path)"])
+                    return
+                }
+            }
             logger.info(
                 "Development transmitter ready",
-                metadata: ["discovery": "\(transmitter.discoveryURL)", "receiver": "\(receiver)"])
+                metadata: [
+                    "discovery": "\(transmitter.discoveryURL)", "openid": "\(transmitter.openIDConfigurationURL)",
+                    "receiver": "\(receiver)",
+                ])
         }
         try await app.runService()
     }
@@ -97,23 +113,71 @@ struct DevSend: AsyncParsableCommand {
         request.state = state
         request.target = target
 
-        var post = HTTPClientRequest(url: transmitter + "/dev/send")
+        let body = try await DevClient.post(transmitter, "/dev/send", json: try JSONEncoder().encode(request))
+        guard let delivery = try? JSONDecoder().decode(DevTransmitter.Delivery.self, from: body) else {
+            throw Bootstrap.fail("the transmitter answered: \(String(decoding: body, as: UTF8.self))")
+        }
+        print("HTTP \(delivery.status)\(delivery.body.isEmpty ? "" : " " + delivery.body)")
+        if let jti = delivery.jti { print("jti \(jti)") }
+        if delivery.status != 202 { throw ExitCode(1) }
+    }
+}
+
+struct DevIDToken: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "idtoken",
+        abstract: "Have the development transmitter mint a Google ID token, and print it.",
+        discussion: "Sign in with it: curl -d idtoken=$(risc-receiver dev idtoken --sub 42) http://127.0.0.1:8080/tokensignin")
+
+    @Option(help: "The user's Google sub.")
+    var sub: String
+
+    @Option(help: "The user's email.")
+    var email: String?
+
+    @Option(help: "The audience (default: the transmitter's client ID).")
+    var aud: String?
+
+    @Option(help: "Seconds until the token expires (negative: already expired).")
+    var expIn: Double = 3600
+
+    @Option(help: "The Workspace hosted domain (hd claim).")
+    var hd: String?
+
+    @Option(help: "The development transmitter's URL.")
+    var transmitter: String = "http://127.0.0.1:8765"
+
+    func run() async throws {
+        var request = IDTokenRequest(sub: sub)
+        request.email = email
+        request.aud = aud
+        request.expIn = expIn
+        request.hd = hd
+        let body = try await DevClient.post(transmitter, "/dev/idtoken", json: try JSONEncoder().encode(request))
+        guard let token = (try? JSONValue.parse(body))?.objectValue?["id_token"]?.stringValue else {
+            throw Bootstrap.fail("the transmitter answered: \(String(decoding: body, as: UTF8.self))")
+        }
+        print(token)
+    }
+}
+
+/// Calls the running development transmitter's control endpoints.
+enum DevClient {
+    static func post(_ transmitter: String, _ path: String, json: Data) async throws -> Data {
+        var post = HTTPClientRequest(url: transmitter + path)
         post.method = .POST
         post.headers.add(name: "Content-Type", value: "application/json")
-        post.body = .bytes(ByteBuffer(data: try JSONEncoder().encode(request)))
+        post.body = .bytes(ByteBuffer(data: json))
         let response: HTTPClientResponse
         do {
             response = try await HTTPClient.shared.execute(post, timeout: .seconds(30))
         } catch {
             throw Bootstrap.fail("cannot reach the development transmitter at \(transmitter): \(error)")
         }
-        let body = try await response.body.collect(upTo: 1 << 20)
-        guard response.status == .ok, let delivery = try? JSONDecoder().decode(DevTransmitter.Delivery.self, from: Data(buffer: body))
-        else {
-            throw Bootstrap.fail("the transmitter answered \(response.status.code): \(String(buffer: body))")
+        let body = Data(buffer: try await response.body.collect(upTo: 1 << 20))
+        guard response.status == .ok else {
+            throw Bootstrap.fail("the transmitter answered \(response.status.code): \(String(decoding: body, as: UTF8.self))")
         }
-        print("HTTP \(delivery.status)\(delivery.body.isEmpty ? "" : " " + delivery.body)")
-        if let jti = delivery.jti { print("jti \(jti)") }
-        if delivery.status != 202 { throw ExitCode(1) }
+        return body
     }
 }

@@ -6,13 +6,13 @@ struct RiscReceiver: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "risc-receiver",
         abstract: "Receives Google Cross-Account Protection (RISC) security events and acts on them.",
-        subcommands: [Serve.self, Migrate.self, Dev.self]
+        subcommands: [Serve.self, Worker.self, Migrate.self, Dev.self]
     )
 }
 
 struct Dev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "A local stand-in for Google, for development and tests.",
-        subcommands: [DevTransmitterCommand.self, DevSend.self]
+        subcommands: [DevTransmitterCommand.self, DevSend.self, DevIDToken.self]
     )
 }

@@ -1,11 +1,20 @@
 import ArgumentParser
 import AsyncHTTPClient
 import Hummingbird
+import Logging
+import PostgresNIO
+import RISC
+import RISCStore
+import RISCWorker
 import RISCServer
+import ServiceLifecycle
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the HTTP server (SET receiver).")
+        abstract: "Run the HTTP server (SET receiver, sign-in, sessions, vault) and, unless --no-worker, a worker.")
+
+    @Flag(help: "Run no worker in this process (run `risc-receiver worker` separately).")
+    var noWorker = false
 
     func run() async throws {
         let configuration = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
@@ -13,8 +22,36 @@ struct Serve: AsyncParsableCommand {
         }
         let logger = Bootstrap.logger("risc-receiver")
         let dependencies = try ServiceDependencies(configuration: configuration, httpClient: .shared, logger: logger)
-        let app = buildApplication(configuration: configuration, dependencies: dependencies, logger: logger)
-        // runService handles SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, then the pool closes.
+        let worker: [any Service] = noWorker ? [] : [dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker"))]
+        let app = buildApplication(
+            configuration: configuration, dependencies: dependencies, logger: logger, extraServices: worker)
+        // runService handles SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, the worker finishes
+        // its batch, then the pool closes.
         try await app.runService()
+    }
+}
+
+struct Worker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a worker only: apply stored events to sessions, grants and accounts.")
+
+    func run() async throws {
+        let databaseURL = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
+            try ServiceConfiguration.databaseURL(from: reader)
+        }
+        let maxAttempts = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
+            try ServiceConfiguration.maxAttempts(from: reader)
+        }
+        let logger = Bootstrap.logger("risc-receiver.worker")
+        let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        var settings = EventWorker.Settings()
+        settings.retryPolicy = RetryPolicy(maxAttempts: maxAttempts)
+        let worker = EventWorker(client: postgres, settings: settings, logger: logger)
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: postgres), .init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
+        try await group.run()
     }
 }

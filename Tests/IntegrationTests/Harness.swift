@@ -9,6 +9,8 @@ import PostgresNIO
 import RISC
 import RISCServer
 import RISCStore
+import RISCKeys
+import RISCWorker
 import ServiceLifecycle
 import Testing
 
@@ -22,7 +24,14 @@ struct Harness {
         var databaseURL = Harness.environment("RISC_TEST_DATABASE_URL")
         var unknownKidRefetchInterval: Double = 0
         var commitTimeout: Duration = .seconds(5)
+        /// Run an in-process worker beside the receiver (as `serve` does by default).
+        var worker = false
+        var maxAttempts = 10
     }
+
+    static let serviceToken = "test-service-token-0123456789"
+    /// 32 bytes, base64: the vault key of every test receiver.
+    static let vaultKey = Data((0..<32).map { UInt8($0) }).base64EncodedString()
 
     let transmitter: DevTransmitter
     let receiverURL: String
@@ -70,11 +79,22 @@ struct Harness {
 
             var receiverConfiguration = configuration
             receiverConfiguration.riscConfigurationURL = transmitter.discoveryURL
+            receiverConfiguration.openIDConfigurationURL = transmitter.openIDConfigurationURL
+            receiverConfiguration.serviceToken = serviceToken
+            receiverConfiguration.vaultKey = vaultKey
+            receiverConfiguration.clientSecrets = [ClientSecret(clientID: audience, clientSecret: "dev-client-secret")]
+            receiverConfiguration.maxAttempts = options.maxAttempts
             let dependencies = try ServiceDependencies(
                 configuration: receiverConfiguration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings,
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval)
+            var workers: [any Service] = []
+            if options.worker {
+                var workerSettings = dependencies.workerSettings
+                workerSettings.pollInterval = .milliseconds(200)
+                workers.append(EventWorker(client: dependencies.postgres, settings: workerSettings, logger: logger))
+            }
             let receiverApp = buildApplication(
-                configuration: receiverConfiguration, dependencies: dependencies, logger: logger,
+                configuration: receiverConfiguration, dependencies: dependencies, logger: logger, extraServices: workers,
                 onServerRunning: { channel in receiverPort.yield(channel.localAddress?.port ?? 0) })
             let receiverGroup = ServiceGroup(configuration: .init(services: [.init(service: receiverApp)], logger: logger))
             tasks.addTask { try await receiverGroup.run() }
@@ -100,6 +120,10 @@ struct Harness {
         var headers: HTTPHeaders
         var body: String
 
+        var json: [String: JSONValue] { (try? JSONValue.parse(Data(body.utf8)))?.objectValue ?? [:] }
+        /// The `error` member of a session or vault error body.
+        var error: String? { json["error"]?.stringValue }
+
         /// The RFC 8935 error body, checked to have exactly the keys `err` and `description`.
         var rejection: SETRejection.Body? {
             guard let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: String],
@@ -107,6 +131,25 @@ struct Harness {
             else { return nil }
             return try? JSONDecoder().decode(SETRejection.Body.self, from: Data(body.utf8))
         }
+    }
+
+    /// Any HTTP call to the receiver (or, with a full URL, the transmitter).
+    func call(
+        _ method: NIOHTTP1.HTTPMethod, _ path: String, bearer: String? = nil, json: JSONValue? = nil, form: [String: String]? = nil
+    ) async throws -> Reply {
+        var request = HTTPClientRequest(url: path.hasPrefix("http") ? path : receiverURL + path)
+        request.method = method
+        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
+        if let json {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: json.serialized))
+        } else if let form {
+            request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+            request.body = .bytes(ByteBuffer(string: FormEncoding.encode(form)))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let data = try await response.body.collect(upTo: 1 << 20)
+        return Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
     }
 
     /// POSTs a body to the receiver as a transmitter would.

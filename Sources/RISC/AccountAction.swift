@@ -1,0 +1,95 @@
+/// What an event does to the accounts this service owns (SPEC §3). Decided here, without I/O;
+/// the worker carries the actions out in the database.
+public enum AccountAction: Sendable, Equatable {
+    /// Revoke every session of the user created at or before the SET was received.
+    case revokeSessions(sub: String)
+    /// Delete every stored refresh token of the user.
+    case deleteGrants(sub: String)
+    /// Delete the one stored refresh token the identifier names.
+    case deleteGrant(TokenIdentifier)
+    /// Refuse new Google sign-ins (ordered by the event's `iat`).
+    case disableSignIn(sub: String, reason: String?)
+    /// Allow Google sign-ins again (ordered by the event's `iat`).
+    case enableSignIn(sub: String)
+    case flagForReview(sub: String)
+    case requireCredentialChange(sub: String)
+    case recordVerification(state: String?)
+    /// Nothing can be done, and why (say, a subject that names no Google account).
+    case skip(reason: String)
+
+    /// The name recorded with the event, and used by the database to pick the statement.
+    public var kind: String {
+        switch self {
+        case .revokeSessions: "revoke_sessions"
+        case .deleteGrants: "delete_grants"
+        case .deleteGrant(.prefix): "delete_grant_by_prefix"
+        case .deleteGrant(.doubleSHA512): "delete_grant_by_hash"
+        case .disableSignIn: "disable_sign_in"
+        case .enableSignIn: "enable_sign_in"
+        case .flagForReview: "flag_for_review"
+        case .requireCredentialChange: "require_credential_change"
+        case .recordVerification: "record_verification"
+        case .skip: "skip"
+        }
+    }
+
+    /// The user the action changes, if it names one.
+    public var sub: String? {
+        switch self {
+        case .revokeSessions(let sub), .deleteGrants(let sub), .disableSignIn(let sub, _), .enableSignIn(let sub),
+            .flagForReview(let sub), .requireCredentialChange(let sub):
+            sub
+        case .deleteGrant, .recordVerification, .skip:
+            nil
+        }
+    }
+
+    /// The action's one argument: a token identifier in its canonical form, a reason, a state.
+    public var argument: String? {
+        switch self {
+        case .deleteGrant(let identifier): identifier.canonicalValue
+        case .disableSignIn(_, let reason): reason
+        case .recordVerification(let state): state
+        case .skip(let reason): reason
+        default: nil
+        }
+    }
+
+    /// The actions for one event, in the order they are applied.
+    public static func actions(for event: SecurityEvent) -> [AccountAction] {
+        guard let type = event.type else { return [.skip(reason: "unknown event type")] }
+        if type == .verification || type == .ssfVerification { return [.recordVerification(state: event.state)] }
+        if type == .tokenRevoked {
+            guard case .oauthToken(_, let identifier)? = event.subject else {
+                return [.skip(reason: "token-revoked without an oauth_token subject")]
+            }
+            return [.deleteGrant(identifier)]
+        }
+        guard let sub = event.subject?.googleSubject else {
+            return [.skip(reason: "the subject names no Google account")]
+        }
+        switch type {
+        case .sessionsRevoked, .caepSessionRevoked:
+            return [.revokeSessions(sub: sub)]
+        case .tokensRevoked:
+            return [.revokeSessions(sub: sub), .deleteGrants(sub: sub)]
+        case .accountDisabled:
+            switch event.reason {
+            case "hijacking": return [.disableSignIn(sub: sub, reason: event.reason), .revokeSessions(sub: sub)]
+            case "bulk-account": return [.disableSignIn(sub: sub, reason: event.reason), .flagForReview(sub: sub)]
+            default: return [.disableSignIn(sub: sub, reason: event.reason)]
+            }
+        case .accountEnabled:
+            return [.enableSignIn(sub: sub)]
+        case .accountCredentialChangeRequired, .caepCredentialChange:
+            return [.requireCredentialChange(sub: sub)]
+        case .tokenRevoked, .verification, .ssfVerification:
+            return []  // handled above
+        }
+    }
+
+    /// The actions for every event of a SET.
+    public static func actions(for events: [SecurityEvent]) -> [AccountAction] {
+        events.flatMap { actions(for: $0) }
+    }
+}

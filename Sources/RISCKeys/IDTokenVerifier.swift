@@ -1,0 +1,51 @@
+import Foundation
+import JWTKit
+import RISC
+
+/// Verifies a Google ID token (SPEC §5): claims (pure core), then key and signature against the OpenID
+/// provider's JWKS, with the same caching and unknown-kid rules as SETs, then the issuer.
+public struct IDTokenVerifier: Sendable {
+    public enum Failure: Error, Sendable {
+        case invalid(GoogleIDToken.Invalid)
+        /// The provider's keys could not be fetched: the client may retry.
+        case keysUnavailable
+    }
+
+    public let keys: IssuerKeys
+    public let policy: IDTokenPolicy
+
+    public init(keys: IssuerKeys, policy: IDTokenPolicy) {
+        self.keys = keys
+        self.policy = policy
+    }
+
+    public func verify(_ compact: String, now: Date = Date()) async throws(Failure) -> GoogleIDToken {
+        let token: GoogleIDToken
+        do {
+            token = try GoogleIDToken.parse(compact, policy: policy, now: now)
+        } catch {
+            throw .invalid(error)
+        }
+        let key: ResolvedKey
+        do {
+            if let cached = keys.cachedKey(kid: token.kid, alg: token.alg) {
+                key = cached
+            } else {
+                key = try await keys.key(kid: token.kid, alg: token.alg)
+            }
+        } catch .unknownKey {
+            throw .invalid(.init("the kid does not name a key of the identity provider"))
+        } catch {
+            throw .keysUnavailable
+        }
+        guard (try? key.algorithm.verify(token.signature, signs: token.signingInput)) == true else {
+            throw .invalid(.init("the signature does not verify"))
+        }
+        do {
+            try token.checkIssuer(discoveryIssuer: key.issuer)
+        } catch {
+            throw .invalid(error)
+        }
+        return token
+    }
+}

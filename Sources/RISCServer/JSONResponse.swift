@@ -1,0 +1,36 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import RISC
+
+enum JSONResponse {
+    static func make(status: HTTPResponse.Status, _ value: some Encodable, headers extra: HTTPFields = [:]) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
+        var headers = extra
+        headers[.contentType] = "application/json"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(data: data)))
+    }
+
+    /// The `{"error": CODE}` bodies of the session and vault APIs (SPEC §5).
+    static func error(_ status: HTTPResponse.Status, _ code: String, description: String? = nil, retryAfter: Int? = nil) -> Response {
+        var body: [String: JSONValue] = ["error": .string(code)]
+        if let description { body["description"] = .string(description) }
+        var headers = HTTPFields()
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        return make(status: status, JSONValue.object(body), headers: headers)
+    }
+}
+
+extension Request {
+    /// The token of an `Authorization: Bearer` header.
+    var bearerToken: String? {
+        guard let value = headers[.authorization] else { return nil }
+        let parts = value.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        let token = parts[1].trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import Hummingbird
+import Logging
+import RISC
+import RISCKeys
+import RISCStore
+
+/// Sign-in with a Google ID token, and the session checks the app makes on every call (SPEC §5).
+public struct SessionController<Context: RequestContext>: Sendable {
+    let verifier: IDTokenVerifier
+    let sessions: SessionStore
+
+    public init(verifier: IDTokenVerifier, sessions: SessionStore) {
+        self.verifier = verifier
+        self.sessions = sessions
+    }
+
+    public func addRoutes(to router: Router<Context>) {
+        router.post("/tokensignin") { request, context in try await self.signIn(request, context: context) }
+        router.get("/v1/session") { request, context in try await self.check(request, context: context) }
+        router.delete("/v1/session") { request, context in try await self.signOut(request, context: context) }
+    }
+
+    struct SignedIn: Encodable {
+        var session_token: String
+        var expires_at: Date
+        var user: UserView
+    }
+
+    struct SessionView: Encodable {
+        struct Times: Encodable {
+            var created_at: Date
+            var expires_at: Date
+        }
+        var user: UserView
+        var session: Times
+        var flags: [String]
+    }
+
+    func signIn(_ request: Request, context: Context) async throws -> Response {
+        var request = request
+        guard let body = try? await request.collectBody(upTo: 64 * 1024), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
+        else {
+            return JSONResponse.error(.unauthorized, "invalid_token", description: "the body holds no idtoken")
+        }
+        let token: GoogleIDToken
+        do {
+            token = try await verifier.verify(idToken)
+        } catch .invalid(let reason) {
+            context.logger.info("Refused an ID token", metadata: ["reason": "\(reason)"])
+            return JSONResponse.error(.unauthorized, "invalid_token")
+        } catch {
+            context.logger.warning("Cannot verify ID tokens: the identity provider's keys are unavailable")
+            return JSONResponse.error(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
+        }
+        switch try await sessions.signIn(token.profile) {
+        case .signedIn(let sessionToken, let expiresAt, let user):
+            context.logger.info("Signed in", metadata: ["sub": "\(user.sub)"])
+            return JSONResponse.make(status: .ok, SignedIn(session_token: sessionToken, expires_at: expiresAt, user: user))
+        case .signInDisabled:
+            context.logger.info("Refused a sign-in: disabled by an account-disabled event", metadata: ["sub": "\(token.profile.sub)"])
+            return JSONResponse.error(.forbidden, "account_disabled")
+        }
+    }
+
+    func check(_ request: Request, context: Context) async throws -> Response {
+        guard let token = request.bearerToken else { return JSONResponse.error(.unauthorized, "invalid_session") }
+        switch try await sessions.lookup(token: token) {
+        case .valid(let user, let createdAt, let expiresAt, let flags):
+            return JSONResponse.make(
+                status: .ok,
+                SessionView(user: user, session: .init(created_at: createdAt, expires_at: expiresAt), flags: flags.names))
+        case .revoked:
+            return JSONResponse.error(.unauthorized, "session_revoked")
+        case .invalid:
+            return JSONResponse.error(.unauthorized, "invalid_session")
+        }
+    }
+
+    func signOut(_ request: Request, context: Context) async throws -> Response {
+        guard let token = request.bearerToken, try await sessions.end(token: token) else {
+            return JSONResponse.error(.unauthorized, "invalid_session")
+        }
+        return Response(status: .noContent)
+    }
+
+    /// `idtoken=` as a form, or `{"idToken": ...}` as JSON.
+    static func idToken(in body: ByteBuffer, contentType: String?) -> String? {
+        let text = String(buffer: body)
+        if contentType?.lowercased().contains("json") == true {
+            return (try? JSONValue.parse(Data(text.utf8)))?.objectValue?["idToken"]?.stringValue
+        }
+        return FormEncoding.decode(text.trimmingCharacters(in: .whitespacesAndNewlines))["idtoken"]
+    }
+}

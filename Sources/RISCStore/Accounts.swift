@@ -1,0 +1,163 @@
+import Crypto
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+
+/// A user as the API shows it.
+public struct UserView: Sendable, Codable, Equatable {
+    public var sub: String
+    public var email: String?
+    public var emailVerified: Bool?
+    public var name: String?
+    public var picture: String?
+    public var hd: String?
+
+    enum CodingKeys: String, CodingKey {
+        case sub, email, emailVerified = "email_verified", name, picture, hd
+    }
+}
+
+/// The account flags a session check reports (SPEC §3, §5).
+public struct AccountFlags: Sendable, Equatable {
+    public var signInDisabled = false
+    public var reviewRequired = false
+    public var credentialChangeRequired = false
+
+    public var names: [String] {
+        var names: [String] = []
+        if signInDisabled { names.append("sign_in_disabled") }
+        if reviewRequired { names.append("review_required") }
+        if credentialChangeRequired { names.append("credential_change_required") }
+        return names
+    }
+}
+
+/// Sessions created from verified Google ID tokens (SPEC §5). Only a SHA-256 of each token is stored.
+public struct SessionStore: Sendable {
+    public enum SignInOutcome: Sendable {
+        case signedIn(token: String, expiresAt: Date, user: UserView)
+        /// An account-disabled event turned Google sign-in off for this user.
+        case signInDisabled
+    }
+
+    public enum Lookup: Sendable {
+        case valid(user: UserView, createdAt: Date, expiresAt: Date, flags: AccountFlags)
+        case revoked
+        /// Unknown or expired.
+        case invalid
+    }
+
+    let client: PostgresClient
+    let logger: Logger
+    public let sessionLifetime: Duration
+
+    public init(client: PostgresClient, sessionLifetime: Duration = .seconds(14 * 24 * 3600), logger: Logger) {
+        self.client = client
+        self.sessionLifetime = sessionLifetime
+        self.logger = logger
+    }
+
+    /// 256 random bits, base64url without padding.
+    static func newToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    public static func tokenHash(_ token: String) -> Data {
+        Data(SHA256.hash(data: Data(token.utf8)))
+    }
+
+    /// Creates or updates the user by `sub` and, unless sign-in is disabled for them, creates a session.
+    /// Committed before it returns, so the token works at once on any connection.
+    public func signIn(_ profile: GoogleIDToken.Profile) async throws -> SignInOutcome {
+        let token = Self.newToken()
+        let hash = Self.tokenHash(token)
+        let lifetime = Double(sessionLifetime.components.seconds)
+        let result: SignInOutcome = try await client.withTransaction(logger: logger) { connection in
+            let rows = try await connection.query(
+                """
+                INSERT INTO risc_users AS u (sub, email, email_verified, name, picture, hd, last_sign_in_at)
+                VALUES (\(profile.sub), \(profile.email), \(profile.emailVerified), \(profile.name), \(profile.picture),
+                        \(profile.hostedDomain), now())
+                ON CONFLICT (sub) DO UPDATE
+                   SET email = EXCLUDED.email, email_verified = EXCLUDED.email_verified, name = EXCLUDED.name,
+                       picture = EXCLUDED.picture, hd = EXCLUDED.hd, last_sign_in_at = now(), updated_at = now()
+                RETURNING u.sign_in_disabled
+                """, logger: logger)
+            var disabled = false
+            for try await value in rows.decode(Bool.self) { disabled = value }
+            if disabled { return .signInDisabled }
+            let session = try await connection.query(
+                """
+                INSERT INTO risc_sessions (token_hash, sub, expires_at)
+                VALUES (\(hash), \(profile.sub), now() + make_interval(secs => \(lifetime)))
+                RETURNING expires_at
+                """, logger: logger)
+            var expiresAt = Date()
+            for try await value in session.decode(Date.self) { expiresAt = value }
+            let user = UserView(
+                sub: profile.sub, email: profile.email, emailVerified: profile.emailVerified, name: profile.name,
+                picture: profile.picture, hd: profile.hostedDomain)
+            return .signedIn(token: token, expiresAt: expiresAt, user: user)
+        }
+        return result
+    }
+
+    /// The hot path of every API call the app makes: one prepared statement.
+    public func lookup(token: String) async throws -> Lookup {
+        for try await row in try await client.execute(LookupSession(hash: Self.tokenHash(token)), logger: logger) {
+            if row.revoked { return .revoked }
+            guard row.expiresAt > Date() else { return .invalid }
+            return .valid(user: row.user, createdAt: row.createdAt, expiresAt: row.expiresAt, flags: row.flags)
+        }
+        return .invalid
+    }
+
+    /// Signs out: the session is deleted. False when there was none.
+    public func end(token: String) async throws -> Bool {
+        var deleted = false
+        let rows = try await client.query(
+            "DELETE FROM risc_sessions WHERE token_hash = \(Self.tokenHash(token)) RETURNING id", logger: logger)
+        for try await _ in rows { deleted = true }
+        return deleted
+    }
+}
+
+private struct LookupSession: PostgresPreparedStatement {
+    static let sql = """
+        SELECT s.created_at, s.expires_at, s.revoked_at IS NOT NULL, u.sub, u.email, u.email_verified, u.name, u.picture,
+               u.hd, u.sign_in_disabled, u.review_required, u.credential_change_required
+        FROM risc_sessions s JOIN risc_users u ON u.sub = s.sub
+        WHERE s.token_hash = $1
+        """
+
+    struct Row {
+        var createdAt: Date
+        var expiresAt: Date
+        var revoked: Bool
+        var user: UserView
+        var flags: AccountFlags
+    }
+
+    let hash: Data
+
+    init(hash: Data) { self.hash = hash }
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1)
+        try bindings.append(hash)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row {
+        let (createdAt, expiresAt, revoked, sub, email, emailVerified, name, picture, hd, disabled, review, credential) =
+            try row.decode((Date, Date, Bool, String, String?, Bool?, String?, String?, String?, Bool, Bool, Bool).self)
+        return Row(
+            createdAt: createdAt, expiresAt: expiresAt, revoked: revoked,
+            user: UserView(sub: sub, email: email, emailVerified: emailVerified, name: name, picture: picture, hd: hd),
+            flags: AccountFlags(signInDisabled: disabled, reviewRequired: review, credentialChangeRequired: credential))
+    }
+}

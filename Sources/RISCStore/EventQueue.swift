@@ -1,0 +1,190 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+
+/// The worker's side of `risc_events` (SPEC §4): claims runnable events with `FOR UPDATE SKIP LOCKED`,
+/// applies their actions, and marks them done, all in one transaction. A worker killed at any instant
+/// rolls back with its connection: the events stay pending and nothing is applied twice.
+public struct EventQueue: Sendable {
+    public struct BatchResult: Sendable, Equatable {
+        public var claimed = 0
+        public var done = 0
+        public var failed = 0
+        public init() {}
+    }
+
+    let client: PostgresClient
+    let retryPolicy: RetryPolicy
+    let logger: Logger
+
+    public init(client: PostgresClient, retryPolicy: RetryPolicy = .init(), logger: Logger) {
+        self.client = client
+        self.retryPolicy = retryPolicy
+        self.logger = logger
+    }
+
+    struct Claimed {
+        var id: Int64
+        var attempts: Int
+        var actions: Result<[AccountAction], Failure>
+    }
+
+    struct Failure: Error {
+        var message: String
+    }
+
+    /// Claims up to `limit` runnable events and applies them. If the batch fails as a whole (one event's
+    /// actions hit an error), each event is retried alone so only the failing one is scheduled for retry.
+    public func processBatch(limit: Int) async throws -> BatchResult {
+        var result = BatchResult()
+        do {
+            let claimed = try await inTransaction { connection in
+                let claimed = try await self.claim(limit: limit, id: nil, on: connection)
+                try await self.apply(claimed, on: connection)
+                return claimed
+            }
+            result.claimed = claimed.count
+            result.done = claimed.filter { (try? $0.actions.get()) != nil }.count
+            result.failed = claimed.count - result.done
+            return result
+        } catch let error as PSQLError where error.code == .server {
+            logger.warning("A batch failed; applying its events one by one", metadata: ["error": "\(EventInbox.describe(error))"])
+        }
+        // The failed transaction rolled back; claim again, one event per transaction.
+        let ids = try await runnableIDs(limit: limit)
+        for id in ids {
+            do {
+                let claimed = try await inTransaction { connection in
+                    let claimed = try await self.claim(limit: 1, id: id, on: connection)
+                    try await self.apply(claimed, on: connection)
+                    return claimed
+                }
+                guard let event = claimed.first else { continue }  // another worker has it
+                result.claimed += 1
+                if (try? event.actions.get()) != nil { result.done += 1 } else { result.failed += 1 }
+            } catch let error as PSQLError where error.code == .server {
+                result.claimed += 1
+                result.failed += 1
+                try await recordFailure(id: id, message: EventInbox.describe(error))
+            }
+        }
+        return result
+    }
+
+    private func inTransaction<T: Sendable>(
+        _ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending T
+    ) async throws -> T {
+        do {
+            return try await client.withTransaction(logger: logger, body)
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.commitError ?? error.beginError ?? error
+        }
+    }
+
+    private func claim(limit: Int, id: Int64?, on connection: PostgresConnection) async throws -> [Claimed] {
+        let rows: PostgresRowSequence
+        if let id {
+            rows = try await connection.query(
+                """
+                SELECT id, events::text, attempts FROM risc_events
+                WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED
+                """, logger: logger)
+        } else {
+            rows = try await connection.query(
+                """
+                SELECT id, events::text, attempts FROM risc_events
+                WHERE status IN ('pending', 'retry') AND run_after <= now()
+                ORDER BY run_after, id LIMIT \(limit) FOR UPDATE SKIP LOCKED
+                """, logger: logger)
+        }
+        var claimed: [Claimed] = []
+        for try await (id, eventsJSON, attempts) in rows.decode((Int64, String, Int32).self) {
+            let actions: Result<[AccountAction], Failure>
+            if let events = try? JSONDecoder().decode([SecurityEvent].self, from: Data(eventsJSON.utf8)) {
+                actions = .success(AccountAction.actions(for: events))
+            } else {
+                actions = .failure(Failure(message: "the stored events cannot be decoded"))
+            }
+            claimed.append(Claimed(id: id, attempts: Int(attempts), actions: actions))
+        }
+        return claimed
+    }
+
+    /// Applies every decodable event's actions in one call, and schedules the others for retry.
+    private func apply(_ claimed: [Claimed], on connection: PostgresConnection) async throws {
+        guard !claimed.isEmpty else { return }
+        // Ordered by user, so concurrent workers lock users' rows in the same order and cannot deadlock.
+        var planned: [(sub: String, event: Int64, index: Int, action: AccountAction)] = []
+        var done: [Int64] = []
+        for event in claimed {
+            switch event.actions {
+            case .success(let actions):
+                done.append(event.id)
+                for (index, action) in actions.enumerated() {
+                    planned.append((action.sub ?? "", event.id, index, action))
+                }
+            case .failure(let failure):
+                try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
+            }
+        }
+        planned.sort { ($0.sub, $0.event, $0.index) < ($1.sub, $1.event, $1.index) }
+        let eventIDs = planned.map(\.event)
+        let kinds = planned.map(\.action.kind)
+        let subs = planned.map(\.sub)
+        let arguments = planned.map { $0.action.argument ?? "" }
+        try await connection.query(
+            "SELECT risc_apply_actions(\(eventIDs), \(kinds), \(subs), \(arguments), \(done))", logger: logger)
+    }
+
+    /// Counts a failed attempt: retry later with backoff, or dead-letter after the last attempt.
+    private func recordFailure(id: Int64, attempts: Int, message: String, on connection: PostgresConnection) async throws {
+        let (status, delay) = failureDecision(attempts: attempts + 1)
+        try await connection.query(
+            """
+            UPDATE risc_events
+            SET attempts = attempts + 1, status = \(status), run_after = now() + make_interval(secs => \(delay)),
+                last_error = \(message)
+            WHERE id = \(id) AND status IN ('pending', 'retry')
+            """, logger: logger)
+        logFailure(id: id, attempts: attempts + 1, status: status, message: message)
+    }
+
+    private func recordFailure(id: Int64, message: String) async throws {
+        try await inTransaction { connection in
+            let rows = try await connection.query(
+                "SELECT attempts FROM risc_events WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED",
+                logger: logger)
+            for try await attempts in rows.decode(Int32.self) {
+                try await self.recordFailure(id: id, attempts: Int(attempts), message: message, on: connection)
+            }
+        }
+    }
+
+    private func failureDecision(attempts: Int) -> (status: String, delay: Double) {
+        switch retryPolicy.decision(afterFailedAttempts: attempts, jitter: Double.random(in: 0...1)) {
+        case .retry(let seconds): ("retry", seconds)
+        case .dead: ("dead", 0)
+        }
+    }
+
+    private func logFailure(id: Int64, attempts: Int, status: String, message: String) {
+        let metadata: Logger.Metadata = ["event_id": "\(id)", "attempts": "\(attempts)", "error": "\(message)"]
+        if status == "dead" {
+            logger.error("An event failed its last attempt and is dead-lettered", metadata: metadata)
+        } else {
+            logger.warning("An event failed; it will be retried", metadata: metadata)
+        }
+    }
+
+    private func runnableIDs(limit: Int) async throws -> [Int64] {
+        var ids: [Int64] = []
+        let rows = try await client.query(
+            """
+            SELECT id FROM risc_events WHERE status IN ('pending', 'retry') AND run_after <= now()
+            ORDER BY run_after, id LIMIT \(limit)
+            """, logger: logger)
+        for try await id in rows.decode(Int64.self) { ids.append(id) }
+        return ids
+    }
+}

@@ -1,0 +1,111 @@
+import Logging
+import PostgresNIO
+import RISC
+import RISCStore
+import ServiceLifecycle
+import Synchronization
+
+/// Works through stored events (SPEC §4). Woken at once by the inbox's `NOTIFY risc_events`, and by a
+/// periodic poll as a fallback (a lost notification, a retry coming due). Several loops claim disjoint
+/// batches; any number of worker processes may run beside this one. On graceful shutdown each loop
+/// finishes the batch it holds and stops.
+public final class EventWorker: Service, Sendable {
+    public struct Settings: Sendable {
+        public var batchSize = 500
+        /// Batches in flight in this process, each on its own connection.
+        public var concurrency = 2
+        public var pollInterval: Duration = .seconds(1)
+        public var retryPolicy = RetryPolicy()
+        public init() {}
+    }
+
+    public static let channel = "risc_events"
+
+    let client: PostgresClient
+    let settings: Settings
+    let logger: Logger
+    let queue: EventQueue
+    private let wakers = Mutex<[AsyncStream<Void>.Continuation]>([])
+
+    public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
+        self.client = client
+        self.settings = settings
+        self.logger = logger
+        self.queue = EventQueue(client: client, retryPolicy: settings.retryPolicy, logger: logger)
+    }
+
+    public func run() async throws {
+        // One coalescing stream per loop: a wake-up that arrives mid-batch is kept, many become one.
+        let streams = (0..<settings.concurrency).map { _ in AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1)) }
+        wakers.withLock { $0 = streams.map(\.continuation) }
+        wakeAll()  // work left over from before the start
+        logger.info("Worker started", metadata: ["loops": "\(settings.concurrency)", "batch": "\(settings.batchSize)"])
+
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.listenForNotifications() }
+                group.addTask { await self.poll() }
+                await withTaskGroup(of: Void.self) { loops in
+                    for stream in streams { loops.addTask { await self.workLoop(stream.stream) } }
+                }
+                group.cancelAll()
+            }
+        } onGracefulShutdown: {
+            // Ends the loops' streams: each finishes its current batch, then returns.
+            self.wakers.withLock { wakers in
+                for waker in wakers { waker.finish() }
+            }
+        }
+        logger.info("Worker stopped")
+    }
+
+    private func wakeAll() {
+        wakers.withLock { wakers in
+            for waker in wakers { waker.yield() }
+        }
+    }
+
+    private func workLoop(_ wakeUps: AsyncStream<Void>) async {
+        for await _ in wakeUps {
+            // Drain: a full batch means there is probably more.
+            while !Task.isCancelled {
+                do {
+                    let result = try await queue.processBatch(limit: settings.batchSize)
+                    if result.claimed > 0 {
+                        logger.debug("Processed a batch", metadata: ["done": "\(result.done)", "failed": "\(result.failed)"])
+                    }
+                    if result.claimed < settings.batchSize { break }
+                } catch {
+                    logger.warning("The worker could not process a batch; will retry", metadata: ["error": "\(EventInbox.describe(error))"])
+                    try? await Task.sleep(for: .seconds(1))
+                    break
+                }
+            }
+        }
+    }
+
+    private func poll() async {
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: settings.pollInterval) } catch { return }
+            wakeAll()
+        }
+    }
+
+    /// Holds one connection with `LISTEN risc_events`; reconnects after a failure (polling covers the gap).
+    private func listenForNotifications() async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    for try await _ in try await connection.listen(Self.channel) {
+                        self.wakeAll()
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("Lost the LISTEN connection; relying on polling until it is back", metadata: ["error": "\(EventInbox.describe(error))"])
+            }
+            wakeAll()
+            do { try await Task.sleep(for: .seconds(1)) } catch { return }
+        }
+    }
+}

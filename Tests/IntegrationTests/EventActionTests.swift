@@ -1,0 +1,224 @@
+import DevTransmitter
+import Foundation
+import RISC
+import Testing
+
+/// One end-to-end test per row of SPEC §3: real sessions and grants, a SET through the transmitter's delivery
+/// path, the worker, and the visible result.
+@Suite("What each event does, end to end")
+struct EventActionTests {
+    static var options: Harness.Options {
+        var options = Harness.Options()
+        options.worker = true
+        return options
+    }
+
+    func user() -> String { "user-\(UUID().uuidString.prefix(8))" }
+
+    @Test("sessions-revoked ends every earlier session; a later sign-in works")
+    func sessionsRevoked() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let first = try await harness.newSession(sub: sub)
+            let second = try await harness.newSession(sub: sub)
+            #expect(try await harness.checkSession(first).status == 200)
+            let jti = try await harness.sendAndWait("sessions-revoked", sub: sub)
+            for token in [first, second] {
+                let reply = try await harness.checkSession(token)
+                #expect(reply.status == 401)
+                #expect(reply.error == "session_revoked")
+            }
+            #expect(try await harness.actions(jti: jti) == [.init(kind: "revoke_sessions", rows: 2)])
+            let later = try await harness.newSession(sub: sub)
+            #expect(try await harness.checkSession(later).status == 200)
+        }
+    }
+
+    @Test("tokens-revoked ends the sessions and deletes every grant of the user")
+    func tokensRevoked() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let session = try await harness.newSession(sub: sub)
+            let stored = try await harness.storeGrant(sub: sub, refreshToken: "1//stored-\(UUID().uuidString)")
+            let (exchanged, _) = try await harness.exchangeGrant(sub: sub)
+            #expect(try await harness.grantToken(exchanged).status == 200)
+            let jti = try await harness.sendAndWait("tokens-revoked", sub: sub)
+            #expect(try await harness.checkSession(session).error == "session_revoked")
+            for grant in [stored, exchanged] {
+                let reply = try await harness.grantToken(grant)
+                #expect(reply.status == 410)
+                #expect(reply.error == "grant_revoked")
+                #expect(try await harness.ciphertextIsErased(grantID: grant))
+            }
+            #expect(
+                try await harness.actions(jti: jti) == [.init(kind: "revoke_sessions", rows: 1), .init(kind: "delete_grants", rows: 2)])
+        }
+    }
+
+    @Test("token-revoked finds the one grant by prefix, or by its hash in every base64 spelling")
+    func tokenRevoked() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            // By prefix, through the transmitter's own SET.
+            let (byPrefix, prefixToken) = try await harness.exchangeGrant(sub: sub)
+            let (untouched, _) = try await harness.exchangeGrant(sub: sub)
+            let prefixJTI = try await harness.sendAndWait("token-revoked", sub: nil) { request in
+                request.token = prefixToken
+                request.alg = "prefix"
+            }
+            #expect(try await harness.grantToken(byPrefix).status == 410)
+            #expect(try await harness.ciphertextIsErased(grantID: byPrefix))
+            #expect(try await harness.grantToken(untouched).status == 200)
+            #expect(try await harness.actions(jti: prefixJTI) == [.init(kind: "delete_grant_by_prefix", rows: 1, detail: TokenIdentifier.prefix(of: prefixToken))])
+
+            // By double SHA-512: padded and unpadded, standard and URL-safe alphabets.
+            for spelling in 0..<4 {
+                let token = "1//hash-\(spelling)-\(UUID().uuidString)?>?>~~"
+                let grant = try await harness.storeGrant(sub: sub, refreshToken: token)
+                var value = TokenIdentifier.doubleSHA512Base64(of: token)
+                if spelling & 1 == 1 { value = value.replacingOccurrences(of: "=", with: "") }
+                if spelling & 2 == 2 { value = value.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_") }
+                let claims = harness.claims { claims in
+                    claims["events"] = [
+                        EventType.tokenRevoked.rawValue: [
+                            "subject": [
+                                "subject_type": "oauth_token", "token_type": "refresh_token",
+                                "token_identifier_alg": "hash_base64_sha512_sha512", "token": .string(value),
+                            ]
+                        ]
+                    ]
+                }
+                let set = try await harness.sign(claims)
+                #expect(try await harness.post(set).status == 202)
+                #expect(try await harness.waitUntilProcessed(jti: jti(of: set)) == "done")
+                #expect(try await harness.grantToken(grant).status == 410, "spelling \(spelling)")
+                #expect(try await harness.actions(jti: jti(of: set)).map(\.rows) == [1], "spelling \(spelling)")
+            }
+            #expect(try await harness.grantToken(untouched).status == 200)
+        }
+    }
+
+    @Test("account-disabled refuses new sign-ins; hijacking also ends sessions; bulk-account flags for review")
+    func accountDisabled() async throws {
+        try await Harness.with(Self.options) { harness in
+            // No reason: sign-in refused, existing session kept but flagged.
+            let plain = user()
+            let kept = try await harness.newSession(sub: plain)
+            let jti = try await harness.sendAndWait("account-disabled", sub: plain)
+            let refused = try await harness.signIn(sub: plain)
+            #expect(refused.status == 403)
+            #expect(refused.error == "account_disabled")
+            let check = try await harness.checkSession(kept)
+            #expect(check.status == 200)
+            #expect(check.json["flags"] == ["sign_in_disabled"])
+            #expect(try await harness.actions(jti: jti) == [.init(kind: "disable_sign_in", rows: 1)])
+
+            let hijacked = user()
+            let ended = try await harness.newSession(sub: hijacked)
+            let hijackJTI = try await harness.sendAndWait("account-disabled", sub: hijacked) { $0.reason = "hijacking" }
+            #expect(try await harness.checkSession(ended).error == "session_revoked")
+            #expect(try await harness.signIn(sub: hijacked).status == 403)
+            #expect(
+                try await harness.actions(jti: hijackJTI)
+                    == [.init(kind: "disable_sign_in", rows: 1, detail: "hijacking"), .init(kind: "revoke_sessions", rows: 1)])
+
+            let bulk = user()
+            let bulkSession = try await harness.newSession(sub: bulk)
+            let bulkJTI = try await harness.sendAndWait("account-disabled", sub: bulk) { $0.reason = "bulk-account" }
+            #expect(try await harness.signIn(sub: bulk).status == 403)
+            #expect(try await harness.checkSession(bulkSession).json["flags"] == ["sign_in_disabled", "review_required"])
+            #expect(
+                try await harness.actions(jti: bulkJTI)
+                    == [.init(kind: "disable_sign_in", rows: 1, detail: "bulk-account"), .init(kind: "flag_for_review", rows: 1)])
+        }
+    }
+
+    @Test("account-enabled lets the user sign in again")
+    func accountEnabled() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let now = Date().timeIntervalSince1970.rounded(.down)
+            try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now - 10 }
+            #expect(try await harness.signIn(sub: sub).status == 403)
+            let jti = try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = now }
+            let reply = try await harness.signIn(sub: sub)
+            #expect(reply.status == 200)
+            #expect(reply.json["user"]?.objectValue?["sub"]?.stringValue == sub)
+            #expect(try await harness.actions(jti: jti) == [.init(kind: "enable_sign_in", rows: 1)])
+        }
+    }
+
+    @Test("account-credential-change-required and CAEP credential-change set the flag")
+    func credentialChange() async throws {
+        try await Harness.with(Self.options) { harness in
+            for type in ["account-credential-change-required", "credential-change"] {
+                let sub = user()
+                let session = try await harness.newSession(sub: sub)
+                let jti = try await harness.sendAndWait(type, sub: sub)
+                let check = try await harness.checkSession(session)
+                #expect(check.status == 200)
+                #expect(check.json["flags"] == ["credential_change_required"], "\(type)")
+                #expect(try await harness.actions(jti: jti) == [.init(kind: "require_credential_change", rows: 1)])
+            }
+        }
+    }
+
+    @Test("CAEP session-revoked ends sessions like sessions-revoked")
+    func caepSessionRevoked() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let session = try await harness.newSession(sub: sub)
+            let jti = try await harness.sendAndWait("session-revoked", sub: sub)
+            #expect(try await harness.checkSession(session).error == "session_revoked")
+            #expect(try await harness.actions(jti: jti) == [.init(kind: "revoke_sessions", rows: 1)])
+        }
+    }
+
+    @Test("verification records its state and touches no user")
+    func verification() async throws {
+        try await Harness.with(Self.options) { harness in
+            let state = "state-\(UUID().uuidString)"
+            let jti = try await harness.sendAndWait("verification", sub: nil) { $0.state = state }
+            #expect(try await harness.actions(jti: jti) == [.init(kind: "record_verification", rows: 0, detail: state)])
+        }
+    }
+
+    @Test("A redelivered jti has no second effect")
+    func redelivery() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            _ = try await harness.newSession(sub: sub)
+            let token = try await harness.makeSET("sessions-revoked", sub: sub)
+            #expect(try await harness.post(token).status == 202)
+            #expect(try await harness.waitUntilProcessed(jti: jti(of: token)) == "done")
+            let later = try await harness.newSession(sub: sub)
+            #expect(try await harness.post(token).status == 202)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await harness.checkSession(later).status == 200)
+            #expect(try await harness.actions(jti: jti(of: token)).count == 1)
+        }
+    }
+
+    @Test("Out of order by iat: an older account-disabled after a newer account-enabled changes nothing")
+    func outOfOrder() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let now = Date().timeIntervalSince1970.rounded(.down)
+            try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = now }
+            let stale = try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now - 60 }
+            #expect(try await harness.signIn(sub: sub).status == 200)
+            #expect(try await harness.actions(jti: stale) == [.init(kind: "disable_sign_in", rows: 0)])
+        }
+    }
+
+    @Test("An event for a sub that never signed in is kept, and a later sign-in is refused")
+    func unknownSubThenSignIn() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            try await harness.sendAndWait("account-disabled", sub: sub)
+            let reply = try await harness.signIn(sub: sub, json: true)
+            #expect(reply.status == 403)
+            #expect(reply.error == "account_disabled")
+        }
+    }
+}
