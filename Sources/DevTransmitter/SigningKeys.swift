@@ -60,7 +60,10 @@ final class SigningKeys: Sendable {
         var header = JWTHeader()
         header.typ = typ
         header.kid = kidOverride ?? key.kid
-        return try await key.collection.sign(RawClaims(value: claims), kid: JWKIdentifier(string: key.kid), header: header)
+        // jwt-kit replaces the header's kid with the signer's when one is named; for an override, name none and
+        // let the key's own collection (which holds only this key) sign under the header's kid.
+        return try await key.collection.sign(
+            RawClaims(value: claims), kid: kidOverride == nil ? JWKIdentifier(string: key.kid) : nil, header: header)
     }
 }
 

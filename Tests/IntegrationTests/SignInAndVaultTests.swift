@@ -1,0 +1,140 @@
+import DevTransmitter
+import Foundation
+import PostgresNIO
+import RISC
+import Testing
+
+@Suite("Sign-in, sessions and the refresh-token vault over real HTTP and PostgreSQL")
+struct SignInAndVaultTests {
+    @Test("A verified ID token signs in (form or JSON), creates the user, and a hashed session")
+    func signIn() async throws {
+        try await Harness.with { harness in
+            let sub = "signin-\(UUID().uuidString)"
+            let reply = try await harness.signIn(sub: sub, json: true)
+            #expect(reply.status == 200)
+            let token = try #require(reply.json["session_token"]?.stringValue)
+            #expect(token.count >= 43)  // 256 bits in base64url
+            #expect(reply.json["expires_at"]?.stringValue != nil)
+            #expect(reply.json["user"]?.objectValue?["email"]?.stringValue == "\(sub)@example.com")
+
+            let check = try await harness.checkSession(token)
+            #expect(check.status == 200)
+            #expect(check.json["user"]?.objectValue?["sub"]?.stringValue == sub)
+            #expect(check.json["session"]?.objectValue?["created_at"] != nil)
+            #expect(check.json["flags"] == [])
+
+            // Only the hash is stored.
+            var stored: [Data] = []
+            for try await hash in try await harness.database.query("SELECT token_hash FROM risc_sessions WHERE sub = \(sub)").decode(Data.self) {
+                stored.append(hash)
+            }
+            #expect(stored.count == 1)
+            #expect(stored.first != Data(token.utf8))
+            #expect(String(decoding: stored[0], as: UTF8.self).contains(token) == false)
+
+            #expect(try await harness.call(.DELETE, "/v1/session", bearer: token).status == 204)
+            #expect(try await harness.checkSession(token).error == "invalid_session")
+            #expect(try await harness.checkSession("not-a-session").error == "invalid_session")
+            #expect(try await harness.call(.GET, "/v1/session").error == "invalid_session")
+        }
+    }
+
+    @Test("Expired, wrong aud, wrong iss, bad signature and unknown kid are all 401 invalid_token")
+    func idTokenRejections() async throws {
+        try await Harness.with { harness in
+            let sub = "reject-\(UUID().uuidString)"
+            var tokens: [String: String] = [:]
+            tokens["expired"] = try await harness.idToken(sub: sub) { $0.expIn = -120 }
+            tokens["wrong aud"] = try await harness.idToken(sub: sub) { $0.aud = "someone-else.apps.googleusercontent.com" }
+            tokens["wrong iss"] = try await harness.idToken(sub: sub) { $0.iss = "https://evil.example" }
+            tokens["unknown kid"] = try await harness.idToken(sub: sub) { $0.kid = "no-such-kid" }
+            let good = try await harness.idToken(sub: sub)
+            let parts = good.split(separator: ".")
+            let otherSignature = try await harness.idToken(sub: "someone-else").split(separator: ".")[2]
+            tokens["bad signature"] = "\(parts[0]).\(parts[1]).\(otherSignature)"
+            tokens["not a JWT"] = "garbage"
+            for (name, token) in tokens {
+                let reply = try await harness.call(.POST, "/tokensignin", form: ["idtoken": token])
+                #expect(reply.status == 401, "\(name): \(reply.body)")
+                #expect(reply.error == "invalid_token", "\(name)")
+            }
+            // Within the 60 s leeway, and the scheme-less issuer spelling Google also uses, are accepted.
+            let leeway = try await harness.idToken(sub: sub) { $0.expIn = -30 }
+            #expect(try await harness.call(.POST, "/tokensignin", form: ["idtoken": leeway]).status == 200)
+            let schemeless = try await harness.idToken(sub: sub) { $0.iss = String(harness.transmitter.openIDIssuer.dropFirst("http://".count)) }
+            #expect(try await harness.call(.POST, "/tokensignin", form: ["idtoken": schemeless]).status == 200)
+            // Nothing was created for the refused tokens' user beyond the accepted sign-ins.
+            var sessions = 0
+            for try await count in try await harness.database.query("SELECT count(*) FROM risc_sessions WHERE sub = \(sub)").decode(Int.self) {
+                sessions = count
+            }
+            #expect(sessions == 2)
+        }
+    }
+
+    @Test("The vault needs the service token, compared exactly")
+    func vaultAuthentication() async throws {
+        try await Harness.with { harness in
+            let body: JSONValue = ["sub": "s", "refresh_token": "1//x", "client_id": .string(Harness.audience)]
+            var sameLength = Array(Harness.serviceToken.utf8)
+            sameLength[sameLength.count - 1] ^= 1
+            for bearer in [nil, "wrong", String(decoding: sameLength, as: UTF8.self)] {
+                let reply = try await harness.call(.POST, "/v1/grants", bearer: bearer, json: body)
+                #expect(reply.status == 401, "\(bearer ?? "none")")
+            }
+            let missing = try await harness.call(.POST, "/v1/grants", bearer: Harness.serviceToken, json: ["sub": "s"])
+            #expect(missing.status == 400)
+            #expect(missing.error == "invalid_request")
+        }
+    }
+
+    @Test("Refresh tokens are encrypted at rest, refreshed at the token endpoint, and revoked there on delete")
+    func vaultLifecycle() async throws {
+        try await Harness.with { harness in
+            let sub = "vault-\(UUID().uuidString)"
+            let (grant, refreshToken) = try await harness.exchangeGrant(sub: sub)
+            let id = try #require(UUID(uuidString: grant))
+
+            // The row holds neither the token nor anything that contains it.
+            for try await (ciphertext, prefix, hash) in try await harness.database.query(
+                "SELECT ciphertext, token_prefix, token_hash FROM risc_grants WHERE id = \(id)"
+            ).decode((Data, String, String).self) {
+                #expect(ciphertext != Data(refreshToken.utf8))
+                #expect(String(decoding: ciphertext, as: UTF8.self).contains(refreshToken) == false)
+                #expect(prefix == TokenIdentifier.prefix(of: refreshToken))
+                #expect(hash == TokenIdentifier.doubleSHA512Base64(of: refreshToken))
+            }
+
+            let refreshed = try await harness.grantToken(grant)
+            #expect(refreshed.status == 200)
+            #expect(refreshed.json["access_token"]?.stringValue?.hasPrefix("ya29.") == true)
+
+            #expect(try await harness.call(.DELETE, "/v1/grants/\(grant)", bearer: Harness.serviceToken).status == 204)
+            let status = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/refresh-token-status", form: ["token": refreshToken])
+            #expect(status.json["revoked"] == true)
+            #expect(try await harness.grantToken(grant).status == 404)
+            #expect(try await harness.call(.DELETE, "/v1/grants/\(grant)", bearer: Harness.serviceToken).status == 404)
+        }
+    }
+
+    @Test("A code exchange with the wrong PKCE verifier is refused and stores nothing")
+    func pkce() async throws {
+        try await Harness.with { harness in
+            let sub = "pkce-\(UUID().uuidString)"
+            let code = try await harness.authorize(sub: sub, verifier: "the-right-verifier-0123456789-0123456789")
+            let reply = try await harness.call(
+                .POST, "/v1/grants/exchange", bearer: Harness.serviceToken,
+                json: [
+                    "code": .string(code), "code_verifier": "a-wrong-verifier-0123456789-0123456789",
+                    "redirect_uri": "http://127.0.0.1/callback", "client_id": .string(Harness.audience),
+                ])
+            #expect(reply.status == 400)
+            #expect(reply.error == "invalid_grant")
+            var grants = 0
+            for try await count in try await harness.database.query("SELECT count(*) FROM risc_grants WHERE sub = \(sub)").decode(Int.self) {
+                grants = count
+            }
+            #expect(grants == 0)
+        }
+    }
+}

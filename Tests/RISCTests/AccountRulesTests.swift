@@ -1,0 +1,134 @@
+import Foundation
+import RISC
+import Testing
+
+@Suite("Event rules: what each event does (SPEC §3), decided without I/O")
+struct AccountRulesTests {
+    let subject = Subject.issuerAndSubject(iss: "https://accounts.google.com/", sub: "42")
+
+    func event(_ type: EventType, subject: Subject? = nil, reason: String? = nil, state: String? = nil) -> SecurityEvent {
+        SecurityEvent(typeURI: type.rawValue, type: type, subject: subject ?? self.subject, reason: reason, state: state)
+    }
+
+    @Test("Every event type maps to its actions")
+    func everyType() {
+        let identifier = TokenIdentifier.prefix("1//0gabcdefghijk")
+        let expected: [(SecurityEvent, [AccountAction])] = [
+            (event(.sessionsRevoked), [.revokeSessions(sub: "42")]),
+            (event(.caepSessionRevoked), [.revokeSessions(sub: "42")]),
+            (event(.tokensRevoked), [.revokeSessions(sub: "42"), .deleteGrants(sub: "42")]),
+            (event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)), [.deleteGrant(identifier)]),
+            (event(.accountDisabled), [.disableSignIn(sub: "42", reason: nil)]),
+            (event(.accountDisabled, reason: "hijacking"), [.disableSignIn(sub: "42", reason: "hijacking"), .revokeSessions(sub: "42")]),
+            (event(.accountDisabled, reason: "bulk-account"), [.disableSignIn(sub: "42", reason: "bulk-account"), .flagForReview(sub: "42")]),
+            (event(.accountEnabled), [.enableSignIn(sub: "42")]),
+            (event(.accountCredentialChangeRequired), [.requireCredentialChange(sub: "42")]),
+            (event(.caepCredentialChange), [.requireCredentialChange(sub: "42")]),
+            (event(.verification, state: "s-1"), [.recordVerification(state: "s-1")]),
+            (event(.ssfVerification, state: "s-2"), [.recordVerification(state: "s-2")]),
+        ]
+        for (event, actions) in expected {
+            #expect(AccountAction.actions(for: event) == actions, "\(event.shortName)")
+        }
+        #expect(Set(expected.compactMap(\.0.type)) == Set(EventType.allCases))
+    }
+
+    @Test("The id_token_claims subject works like iss-sub")
+    func idTokenClaimsSubject() {
+        let event = event(.sessionsRevoked, subject: .idTokenClaims(iss: "i", sub: "7", email: "a@example.com"))
+        #expect(AccountAction.actions(for: event) == [.revokeSessions(sub: "7")])
+    }
+
+    @Test("A subject that names no Google account, or the wrong kind, is skipped with a reason")
+    func skipped() {
+        #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .email("a@example.com"))).map(\.kind) == ["skip"])
+        #expect(AccountAction.actions(for: event(.tokenRevoked)).map(\.kind) == ["skip"])
+        let unknown = SecurityEvent(typeURI: "https://example.com/new", type: nil, subject: subject)
+        #expect(AccountAction.actions(for: unknown).map(\.kind) == ["skip"])
+    }
+
+    @Test("Hash identifiers are stored and matched in one canonical spelling")
+    func canonicalHash() throws {
+        let token = "1//0g-some-refresh-token"
+        let canonical = TokenIdentifier.doubleSHA512Base64(of: token)
+        let urlSafeUnpadded = canonical.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+        let identifier = try #require(TokenIdentifier(algorithm: "hash_base64_sha512_sha512", value: urlSafeUnpadded))
+        #expect(AccountAction.deleteGrant(identifier).argument == canonical)
+        #expect(AccountAction.deleteGrant(identifier).kind == "delete_grant_by_hash")
+    }
+
+    @Test("Retries back off exponentially with jitter, capped, then dead-letter")
+    func retryPolicy() {
+        let policy = RetryPolicy(maxAttempts: 4, baseDelay: 2, maxDelay: 10)
+        #expect(policy.decision(afterFailedAttempts: 1, jitter: 1) == .retry(afterSeconds: 2))
+        #expect(policy.decision(afterFailedAttempts: 1, jitter: 0) == .retry(afterSeconds: 1))
+        #expect(policy.decision(afterFailedAttempts: 2, jitter: 1) == .retry(afterSeconds: 4))
+        #expect(policy.decision(afterFailedAttempts: 3, jitter: 1) == .retry(afterSeconds: 8))
+        #expect(RetryPolicy(maxAttempts: 20, baseDelay: 2, maxDelay: 10).decision(afterFailedAttempts: 9, jitter: 1) == .retry(afterSeconds: 10))
+        #expect(policy.decision(afterFailedAttempts: 4, jitter: 0.5) == .dead)
+    }
+
+    @Test("Secrets compare equal only when identical")
+    func secretComparison() {
+        #expect(SecretComparison.equal("a-long-service-token", "a-long-service-token"))
+        #expect(!SecretComparison.equal("a-long-service-tokem", "a-long-service-token"))
+        #expect(!SecretComparison.equal("", "a-long-service-token"))
+        #expect(!SecretComparison.equal("a-long-service-token-and-more", "a-long-service-token"))
+    }
+}
+
+@Suite("Google ID token claims")
+struct GoogleIDTokenTests {
+    let now = Date(timeIntervalSince1970: 1_700_000_000)
+    let policy = IDTokenPolicy(audiences: ["client-1"])
+
+    func token(header: JSONValue = ["alg": "RS256", "kid": "k1", "typ": "JWT"], _ change: (inout [String: JSONValue]) -> Void = { _ in }) -> String {
+        var claims: [String: JSONValue] = [
+            "iss": "https://accounts.google.com", "aud": "client-1", "sub": "1234", "email": "a@example.com",
+            "email_verified": "true", "iat": .number(now.timeIntervalSince1970 - 10), "exp": .number(now.timeIntervalSince1970 + 3590),
+        ]
+        change(&claims)
+        return TestTokens.compact(header: header, claims: .object(claims))
+    }
+
+    @Test("A good token yields the profile; both issuer spellings are accepted")
+    func good() throws {
+        let parsed = try GoogleIDToken.parse(token(), policy: policy, now: now)
+        #expect(parsed.profile.sub == "1234")
+        #expect(parsed.profile.emailVerified == true)
+        try parsed.checkIssuer(discoveryIssuer: "https://accounts.google.com")
+        let schemeless = try GoogleIDToken.parse(token { $0["iss"] = "accounts.google.com" }, policy: policy, now: now)
+        try schemeless.checkIssuer(discoveryIssuer: "https://accounts.google.com")
+        let evil = try GoogleIDToken.parse(token { $0["iss"] = "https://accounts.google.com.evil" }, policy: policy, now: now)
+        #expect(throws: GoogleIDToken.Invalid.self) { try evil.checkIssuer(discoveryIssuer: "https://accounts.google.com") }
+    }
+
+    @Test("exp with 60 s leeway, aud as string or array, nbf, sub, alg and kid")
+    func claims() {
+        let refused: [(String, String)] = [
+            ("expired", token { $0["exp"] = .number(now.timeIntervalSince1970 - 61) }),
+            ("no exp", token { $0["exp"] = nil }),
+            ("wrong aud", token { $0["aud"] = "client-2" }),
+            ("aud array without us", token { $0["aud"] = ["client-2", "client-3"] }),
+            ("not yet valid", token { $0["nbf"] = .number(now.timeIntervalSince1970 + 120) }),
+            ("no sub", token { $0["sub"] = nil }),
+            ("HS256", token(header: ["alg": "HS256", "kid": "k1"])),
+            ("none", token(header: ["alg": "none", "kid": "k1"])),
+            ("no kid", token(header: ["alg": "RS256"])),
+        ]
+        for (name, token) in refused {
+            #expect(throws: GoogleIDToken.Invalid.self, "\(name)") { try GoogleIDToken.parse(token, policy: policy, now: now) }
+        }
+        #expect((try? GoogleIDToken.parse(token { $0["exp"] = .number(now.timeIntervalSince1970 - 59) }, policy: policy, now: now)) != nil)
+        #expect((try? GoogleIDToken.parse(token { $0["aud"] = ["client-2", "client-1"] }, policy: policy, now: now)) != nil)
+    }
+
+    @Test("A hosted-domain restriction needs a matching hd")
+    func hostedDomain() {
+        let restricted = IDTokenPolicy(audiences: ["client-1"], hostedDomains: ["example.com"])
+        #expect(throws: GoogleIDToken.Invalid.self) { try GoogleIDToken.parse(token(), policy: restricted, now: now) }
+        #expect(throws: GoogleIDToken.Invalid.self) { try GoogleIDToken.parse(token { $0["hd"] = "other.com" }, policy: restricted, now: now) }
+        #expect((try? GoogleIDToken.parse(token { $0["hd"] = "Example.com" }, policy: restricted, now: now)) != nil)
+    }
+}
