@@ -35,6 +35,17 @@ struct Worker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a worker only: apply stored events to sessions, grants and accounts.")
 
+    @Option(help: "Events claimed per transaction.")
+    var batchSize: Int = 500
+
+    @Option(help: "Batches in flight in this process.")
+    var concurrency: Int = 2
+
+    func validate() throws {
+        guard (1...10_000).contains(batchSize) else { throw ValidationError("--batch-size must be 1...10000") }
+        guard (1...64).contains(concurrency) else { throw ValidationError("--concurrency must be 1...64") }
+    }
+
     func run() async throws {
         let databaseURL = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
             try ServiceConfiguration.databaseURL(from: reader)
@@ -46,6 +57,8 @@ struct Worker: AsyncParsableCommand {
         let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
         var settings = EventWorker.Settings()
         settings.retryPolicy = RetryPolicy(maxAttempts: maxAttempts)
+        settings.batchSize = batchSize
+        settings.concurrency = concurrency
         let worker = EventWorker(client: postgres, settings: settings, logger: logger)
         let group = ServiceGroup(
             configuration: .init(

@@ -1,0 +1,199 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+import RISCStore
+import RISCWorker
+import ServiceLifecycle
+import Testing
+
+/// A database of its own, so no other test's worker touches its events.
+struct IsolatedDatabase {
+    let url: String
+    let client: PostgresClient
+
+    static func with(_ body: @escaping @Sendable (IsolatedDatabase) async throws -> Void) async throws {
+        let logger = Harness.logger
+        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
+        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
+        let name = "risc_worker_\(UInt32.random(in: 0...UInt32.max))"
+        let url = adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?")
+        try await admin.whileRunning(timeout: .seconds(300)) { admin in
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
+            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
+            try await client.whileRunning(timeout: .seconds(240)) { client in
+                try await Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
+                    .migrate(client: client, logger: logger)
+                try await body(IsolatedDatabase(url: url, client: client))
+            }
+            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+        }
+    }
+
+    /// `count` users, each with one session, and one event each: sessions-revoked for even users,
+    /// account-disabled with reason hijacking (two actions) for odd ones.
+    func seed(count: Int) async throws {
+        try await client.query(
+            """
+            INSERT INTO risc_users (sub) SELECT 'u-' || i FROM generate_series(1, \(count)) AS i
+            """)
+        try await client.query(
+            """
+            INSERT INTO risc_sessions (token_hash, sub, created_at, expires_at)
+            SELECT sha256(('t-' || i)::bytea), 'u-' || i, now() - interval '1 minute', now() + interval '1 day'
+            FROM generate_series(1, \(count)) AS i
+            """)
+        let sessionsRevoked = EventType.sessionsRevoked.rawValue
+        let accountDisabled = EventType.accountDisabled.rawValue
+        try await client.query(
+            """
+            INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
+            SELECT 'https://transmitter.test/', 'jti-' || i, ARRAY[t.uri], 'u-' || i,
+                   jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                       'type', t.uri, 'subject', jsonb_build_object('format', 'iss_sub', 'iss', 'https://transmitter.test/', 'sub', 'u-' || i),
+                       'reason', CASE WHEN i % 2 = 1 THEN 'hijacking' END))),
+                   '{}'::jsonb, now()
+            FROM generate_series(1, \(count)) AS i,
+                 LATERAL (SELECT CASE WHEN i % 2 = 0 THEN \(sessionsRevoked) ELSE \(accountDisabled) END AS uri) AS t
+            """)
+    }
+
+    func count(_ sql: String) async throws -> Int {
+        for try await value in try await client.query(PostgresQuery(unsafeSQL: sql)).decode(Int.self) { return value }
+        return 0
+    }
+
+    /// Checks that every seeded event is done exactly once, with exactly its actions, and every session revoked.
+    func expectAllAppliedOnce(count: Int) async throws {
+        #expect(try await self.count("SELECT count(*) FROM risc_events WHERE status = 'done'") == count)
+        // Each event: one action for sessions-revoked, two for hijacking; never more.
+        #expect(try await self.count("SELECT count(*) FROM risc_event_actions") == count + count / 2 + count % 2)
+        #expect(
+            try await self.count(
+                """
+                SELECT count(*) FROM (
+                    SELECT e.id FROM risc_events e LEFT JOIN risc_event_actions a ON a.event_id = e.id
+                    GROUP BY e.id, e.event_types HAVING count(a.id) <> CASE WHEN e.event_types[1] LIKE '%sessions-revoked' THEN 1 ELSE 2 END
+                ) AS wrong
+                """) == 0)
+        #expect(try await self.count("SELECT count(*) FROM risc_events WHERE attempts <> 1") == 0)
+        #expect(try await self.count("SELECT count(*) FROM risc_sessions WHERE revoked_at IS NULL") == 0)
+        #expect(try await self.count("SELECT count(*) FROM risc_event_actions WHERE kind = 'revoke_sessions' AND rows_affected <> 1") == 0)
+    }
+
+    func waitUntil(timeout: Duration, _ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("timed out after \(timeout)")
+    }
+}
+
+@Suite("The worker: crash safety, concurrency, retries")
+struct WorkerTests {
+    @Test("kill -9 mid-batch, then a restart: every event done exactly once, no action applied twice")
+    func crashSafety() async throws {
+        try await IsolatedDatabase.with { database in
+            let count = 3000
+            try await database.seed(count: count)
+            let environment = ["DATABASE_URL": database.url, "LOG_LEVEL": "warning"]
+            let first = try ChildProcess.spawn(
+                riscReceiverBinary, ["worker", "--batch-size", "20", "--concurrency", "2"], environment: environment,
+                outputFile: "/dev/null")
+            // Kill it while it is working: some events done, most still to do.
+            try await database.waitUntil(timeout: .seconds(60)) {
+                try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done'") >= 200
+            }
+            first.kill(SIGKILL)
+            #expect(try await first.wait() == 128 + SIGKILL)
+            let doneAtKill = try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done'")
+            #expect(doneAtKill < count, "the worker finished before it could be killed")
+
+            let second = try ChildProcess.spawn(
+                riscReceiverBinary, ["worker", "--batch-size", "200"], environment: environment, outputFile: "/dev/null")
+            try await database.waitUntil(timeout: .seconds(60)) {
+                try await database.count("SELECT count(*) FROM risc_events WHERE status <> 'done'") == 0
+            }
+            second.kill(SIGTERM)
+            #expect(try await second.wait() == 0)
+            try await database.expectAllAppliedOnce(count: count)
+        }
+    }
+
+    @Test("Several workers at once never process an event twice")
+    func concurrentWorkers() async throws {
+        try await IsolatedDatabase.with { database in
+            let count = 2000
+            try await database.seed(count: count)
+            let environment = ["DATABASE_URL": database.url, "LOG_LEVEL": "warning"]
+            let workers = try (0..<3).map { _ in
+                try ChildProcess.spawn(
+                    riscReceiverBinary, ["worker", "--batch-size", "25", "--concurrency", "2"], environment: environment,
+                    outputFile: "/dev/null")
+            }
+            try await database.waitUntil(timeout: .seconds(60)) {
+                try await database.count("SELECT count(*) FROM risc_events WHERE status <> 'done'") == 0
+            }
+            for worker in workers { worker.kill(SIGTERM) }
+            for worker in workers { #expect(try await worker.wait() == 0) }
+            try await database.expectAllAppliedOnce(count: count)
+        }
+    }
+
+    @Test("An event that keeps failing is retried with backoff, then dead-lettered and kept")
+    func retriesThenDead() async throws {
+        try await IsolatedDatabase.with { database in
+            // Events the worker cannot decode fail every attempt.
+            try await database.client.query(
+                """
+                INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at)
+                VALUES ('https://transmitter.test/', 'broken', ARRAY['x'], '[{"no": "type"}]', '{}', now())
+                """)
+            let queue = EventQueue(client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 1, maxDelay: 1), logger: Harness.logger)
+            let first = try await queue.processBatch(limit: 10)
+            #expect(first.claimed == 1)
+            #expect(first.failed == 1)
+            #expect(try await database.count("SELECT count(*) FROM risc_events WHERE status = 'retry' AND attempts = 1 AND run_after > now() AND last_error IS NOT NULL") == 1)
+            // Not runnable until its backoff has passed.
+            #expect(try await queue.processBatch(limit: 10).claimed == 0)
+            try await database.waitUntil(timeout: .seconds(10)) {
+                _ = try await queue.processBatch(limit: 10)
+                return try await database.count("SELECT count(*) FROM risc_events WHERE status = 'dead'") == 1
+            }
+            #expect(try await database.count("SELECT attempts FROM risc_events WHERE jti = 'broken'") == 3)
+            #expect(try await database.count("SELECT count(*) FROM risc_event_actions") == 0)
+        }
+    }
+
+    @Test("Graceful shutdown of an in-process worker finishes its batch and stops")
+    func gracefulShutdown() async throws {
+        try await IsolatedDatabase.with { database in
+            try await database.seed(count: 500)
+            var settings = EventWorker.Settings()
+            settings.batchSize = 50
+            let worker = EventWorker(client: database.client, settings: settings, logger: Harness.logger)
+            let group = ServiceGroup(configuration: .init(services: [.init(service: worker)], logger: Harness.logger))
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await group.run() }
+                try await database.waitUntil(timeout: .seconds(30)) {
+                    try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done'") > 0
+                }
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+            }
+            // Whole batches only: the events done are a multiple of the batch, and each has all its actions.
+            let done = try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done'")
+            #expect(done > 0)
+            #expect(done % 50 == 0, "\(done) events done: a batch was cut short")
+            #expect(
+                try await database.count(
+                    """
+                    SELECT count(*) FROM risc_events e WHERE status = 'done'
+                    AND NOT EXISTS (SELECT 1 FROM risc_event_actions a WHERE a.event_id = e.id)
+                    """) == 0)
+            #expect(try await database.count("SELECT count(*) FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id WHERE e.status <> 'done'") == 0)
+        }
+    }
+}
