@@ -39,23 +39,48 @@ pg_createdb "$PG_PORT" risc
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/risc?sslmode=disable"
 export RISC_CLIENT_IDS="$CLIENT_ID"
 export RISC_CONFIGURATION_URL="http://127.0.0.1:$TRANSMITTER_PORT/.well-known/risc-configuration"
+export GOOGLE_OPENID_CONFIGURATION_URL="http://127.0.0.1:$TRANSMITTER_PORT/.well-known/openid-configuration"
 export RISC_HOST=127.0.0.1 RISC_PORT
+# Local secrets, made once and kept private under .local/.
+umask 077
+[ -s "$state/service-token" ] || head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$state/service-token"
+[ -s "$state/vault-key" ] || head -c 32 /dev/urandom | base64 >"$state/vault-key"
+umask 022
+RISC_SERVICE_TOKEN=$(cat "$state/service-token")
+RISC_VAULT_KEY=$(cat "$state/vault-key")
+export RISC_SERVICE_TOKEN RISC_VAULT_KEY
+export GOOGLE_CLIENT_SECRET_FILES="$state/client_secret.json"
 
 "$bin" migrate
+rm -f "$GOOGLE_CLIENT_SECRET_FILES"
 "$bin" dev transmitter --port "$TRANSMITTER_PORT" --audience "$CLIENT_ID" \
-  --receiver "http://127.0.0.1:$RISC_PORT/risc/events" 2>"$state/transmitter.log" &
+  --receiver "http://127.0.0.1:$RISC_PORT/risc/events" --write-client-secret "$GOOGLE_CLIENT_SECRET_FILES" \
+  2>"$state/transmitter.log" &
 transmitter_pid=$!
+# The server reads the client-secret file at start-up: wait for the transmitter to write it.
+for _ in $(seq 100); do [ -s "$GOOGLE_CLIENT_SECRET_FILES" ] && break; sleep 0.1; done
+[ -s "$GOOGLE_CLIENT_SECRET_FILES" ] || { echo "the development transmitter did not start; see .local/transmitter.log" >&2; exit 1; }
 
 cat <<TXT
 
 risc-receiver is starting on http://127.0.0.1:$RISC_PORT (database: $DATABASE_URL)
 Development transmitter: http://127.0.0.1:$TRANSMITTER_PORT (log: .local/transmitter.log)
 
-Send an event from another terminal:
-  $bin dev send sessions-revoked --sub 110169484474386276334
-  $bin dev send account-disabled --sub 110169484474386276334 --reason hijacking
-See what was stored:
+From another terminal (the worker runs inside the server):
+  # sign a user in with a Google-style ID token, and check the session
+  session=\$(curl -s -d idtoken=\$($bin dev idtoken --sub 42 --email user@example.com) http://127.0.0.1:$RISC_PORT/tokensignin | sed -E 's/.*"session_token":"([^"]+)".*/\1/')
+  curl -s -H "Authorization: Bearer \$session" http://127.0.0.1:$RISC_PORT/v1/session
+  # store a refresh token in the vault (service token: .local/service-token)
+  curl -s -H "Authorization: Bearer \$(cat .local/service-token)" -H 'Content-Type: application/json' \\
+    -d '{"sub":"42","refresh_token":"1//0gLocalRefreshToken123","client_id":"$CLIENT_ID"}' http://127.0.0.1:$RISC_PORT/v1/grants
+  # send events as Google would, and watch them act
+  $bin dev send sessions-revoked --sub 42        # the session check now answers 401 session_revoked
+  $bin dev send token-revoked --token 1//0gLocalRefreshToken123 --alg hash
+  $bin dev send account-disabled --sub 42        # sign-in now answers 403 account_disabled
+  $bin dev send account-enabled --sub 42
+See what was stored and done:
   psql "$DATABASE_URL" -c 'SELECT id, jti, event_types, subject_sub, status FROM risc_events ORDER BY id DESC LIMIT 5'
+  psql "$DATABASE_URL" -c 'SELECT event_id, kind, rows_affected, detail FROM risc_event_actions ORDER BY id DESC LIMIT 5'
 
 TXT
 "$bin" serve
