@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Account benchmarks (issue 3): session-check throughput, time-to-revoke, and worker drain.
+# Each figure comes with a baseline measured in the same run, and the ratio between them.
+#   scripts/bench-accounts.sh [USERS=1000] [DRAIN_EVENTS=100000] [SECONDS=10]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/pg.sh
+
+users=${1:-1000}
+drain_events=${2:-100000}
+seconds=${3:-10}
+connections=64
+threads=2
+
+pg_ensure_installed
+command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+swift build -c release --product risc-receiver >/dev/null 2>&1
+bin=$(swift build -c release --show-bin-path)/risc-receiver
+
+work=$(mktemp -d /tmp/risc-bench.XXXXXX)
+chmod 755 "$work"
+pg_port=$(pg_free_port); tx_port=$(pg_free_port); rx_port=$(pg_free_port)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pg_stop "$work/pg"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+pg_start "$work/pg" "$pg_port"
+pg_createdb "$pg_port" risc_bench
+export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_bench?sslmode=disable"
+export RISC_CLIENT_IDS=bench-client RISC_HOST=127.0.0.1 RISC_PORT=$rx_port LOG_LEVEL=warning
+export RISC_CONFIGURATION_URL="http://127.0.0.1:$tx_port/.well-known/risc-configuration"
+export GOOGLE_OPENID_CONFIGURATION_URL="http://127.0.0.1:$tx_port/.well-known/openid-configuration"
+psql() { "$(pg_bin)/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -d "${PGDATABASE:-risc_bench}" -qtA "$@"; }
+now() { python3 -c 'import time; print(time.perf_counter())'; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+
+"$bin" migrate >/dev/null 2>&1
+"$bin" dev transmitter --port "$tx_port" --audience bench-client 2>"$work/transmitter.log" &
+pids+=($!)
+"$bin" serve 2>"$work/serve.log" &
+serve_pid=$!
+pids+=($serve_pid)
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && curl -fs "http://127.0.0.1:$tx_port/jwks" >/dev/null && break; sleep 0.1; done
+
+# Users load-user-0..N-1, each with one session whose token is bench-session-(K+1); only hashes are stored.
+psql -c "INSERT INTO risc_users (sub, email) SELECT 'load-user-' || k, 'u' || k || '@example.com' FROM generate_series(0, $users - 1) AS k" \
+     -c "INSERT INTO risc_sessions (token_hash, sub, expires_at)
+         SELECT sha256(('bench-session-' || (k + 1))::bytea), 'load-user-' || k, now() + interval '1 day'
+         FROM generate_series(0, $users - 1) AS k" -c 'VACUUM ANALYZE'
+
+# 1. Session checks: GET /v1/session against GET /healthz (the server's ceiling with no database work).
+run_wrk() { # path
+  RISC_BENCH_SESSIONS=$users RISC_BENCH_PATH=$1 wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s \
+    -s benchmarks/get-session.lua "http://127.0.0.1:$rx_port" | grep '^RESULT'
+}
+healthz=$(run_wrk /healthz)
+# RISC_BENCH_PERF=FILE records a system-wide CPU profile of the session-check run.
+[ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
+session=$(run_wrk /v1/session)
+
+# 2. Time to revoke, one user after another.
+curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: application/json' \
+  -d "{\"type\":\"sessions-revoked\",\"count\":$users}" >"$work/revoke-tokens"
+revoke=$(python3 benchmarks/time_to_revoke.py "http://127.0.0.1:$rx_port" "$work/revoke-tokens" | grep '^RESULT')
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+
+# 3. Worker drain: events queued with no worker running, then a worker started cold.
+pg_createdb "$pg_port" risc_drain
+export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_drain?sslmode=disable"
+"$bin" migrate >/dev/null 2>&1
+PGDATABASE=risc_drain psql -f benchmarks/seed-drain.sql -v events="$drain_events" >/dev/null
+# Baseline: the same queue drained by PostgreSQL alone, claiming 500 at a time and marking them done
+# (no actions, no client round trips), on a copy of the queue.
+PGDATABASE=risc_drain psql -c "CREATE TABLE bench_queue AS SELECT id, status, run_after FROM risc_events" \
+  -c "CREATE INDEX ON bench_queue (run_after, id) WHERE status = 'pending'" -c 'VACUUM ANALYZE' -c 'CHECKPOINT'
+start=$(now)
+PGDATABASE=risc_drain psql -c "
+DO \$\$ DECLARE n integer; BEGIN
+  LOOP
+    UPDATE bench_queue SET status = 'done' WHERE id IN (
+      SELECT id FROM bench_queue WHERE status = 'pending' ORDER BY run_after, id LIMIT 500 FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    EXIT WHEN n = 0;
+    COMMIT;
+  END LOOP;
+END \$\$"
+baseline_drain=$(python3 -c "print(f'{$(now) - $start:.2f}')")
+
+start=$(now)
+"$bin" worker 2>"$work/worker.log" &
+worker_pid=$!
+pids+=($worker_pid)
+while [ "$(PGDATABASE=risc_drain psql -c "SELECT count(*) FROM risc_events WHERE status IN ('pending', 'retry')")" != 0 ]; do
+  kill -0 "$worker_pid" 2>/dev/null || { cat "$work/worker.log" >&2; exit 1; }
+  sleep 0.05
+done
+drain=$(python3 -c "print(f'{$(now) - $start:.2f}')")
+drain_check=$(PGDATABASE=risc_drain psql -c "SELECT count(*) FILTER (WHERE status = 'done') || ' done, ' ||
+  (SELECT count(*) FROM risc_event_actions) || ' actions, ' ||
+  (SELECT count(*) FROM risc_sessions WHERE revoked_at IS NOT NULL) || ' sessions revoked, ' ||
+  (SELECT count(*) FROM risc_grants WHERE revoked_at IS NOT NULL) || ' grants deleted' FROM risc_events")
+
+cat <<TXT
+Account benchmarks ($(nproc) cores; $users users; wrk $connections connections, ${seconds}s)
+  session check:   GET /v1/session $(field rate "$session") req/s, p50 $(field p50_ms "$session") ms, p99 $(field p99_ms "$session") ms, non-200: $(field not_200 "$session")
+                   baseline GET /healthz $(field rate "$healthz") req/s, p99 $(field p99_ms "$healthz") ms; ratio $(ratio "$(field rate "$session")" "$(field rate "$healthz")")
+  time to revoke:  202 -> first 401 over $(field users "$revoke") users: p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms
+                   baseline one session check: p50 $(field check_p50_ms "$revoke") ms, p99 $(field check_p99_ms "$revoke") ms ($(field polls_per_user "$revoke") checks per user)
+  worker drain:    $drain_events mixed events, worker started cold: ${drain} s ($(python3 -c "print(round($drain_events / $drain))") events/s); $drain_check
+                   baseline PostgreSQL-only claim-and-mark loop: ${baseline_drain} s; ratio $(ratio "$baseline_drain" "$drain")
+TXT
