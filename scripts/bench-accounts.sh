@@ -70,6 +70,15 @@ curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: ap
 revoke=$(python3 benchmarks/time_to_revoke.py "http://127.0.0.1:$rx_port" "$work/revoke-tokens" | grep '^RESULT')
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
+# The same session checks with the in-memory cache off: every check reads PostgreSQL.
+psql -c "UPDATE risc_sessions SET revoked_at = NULL" -c 'VACUUM ANALYZE' >/dev/null
+RISC_SESSION_CACHE=off "$bin" serve 2>"$work/serve-uncached.log" &
+serve_pid=$!
+pids+=($serve_pid)
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && break; sleep 0.1; done
+uncached=$(run_wrk /v1/session)
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+
 # 3. Worker drain: events queued with no worker running, then a worker started cold.
 pg_createdb "$pg_port" risc_drain
 export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_drain?sslmode=disable"
@@ -110,6 +119,7 @@ cat <<TXT
 Account benchmarks ($(nproc) cores; $users users; wrk $connections connections, ${seconds}s)
   session check:   GET /v1/session $(field rate "$session") req/s, p50 $(field p50_ms "$session") ms, p99 $(field p99_ms "$session") ms, non-200: $(field not_200 "$session")
                    baseline GET /healthz $(field rate "$healthz") req/s, p99 $(field p99_ms "$healthz") ms; ratio $(ratio "$(field rate "$session")" "$(field rate "$healthz")")
+                   cache off (RISC_SESSION_CACHE=off): $(field rate "$uncached") req/s, p99 $(field p99_ms "$uncached") ms, non-200: $(field not_200 "$uncached"); ratio to /healthz $(ratio "$(field rate "$uncached")" "$(field rate "$healthz")")
   time to revoke:  202 -> first 401 over $(field users "$revoke") users: p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms
                    baseline one session check: p50 $(field check_p50_ms "$revoke") ms, p99 $(field check_p99_ms "$revoke") ms ($(field polls_per_user "$revoke") checks per user)
   worker drain:    $drain_events mixed events, worker started cold: ${drain} s ($(python3 -c "print(round($drain_events / $drain))") events/s); $drain_check

@@ -20,6 +20,8 @@ public struct ServiceDependencies: Sendable {
     public let identityProvider: IssuerKeys
     public let idTokenPolicy: IDTokenPolicy
     public let sessions: SessionStore
+    /// Nil when RISC_SESSION_CACHE=off: every session check then reads the database.
+    public let sessionCache: SessionCache?
     /// Nil unless the vault is configured (RISC_SERVICE_TOKEN and RISC_VAULT_KEY).
     public let grants: GrantStore?
     public let oauth: OAuthClient
@@ -43,8 +45,9 @@ public struct ServiceDependencies: Sendable {
         providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
         identityProvider = IssuerKeys(settings: providerSettings, httpClient: httpClient, logger: logger)
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
+        sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
         sessions = SessionStore(
-            client: postgres, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds), logger: logger)
+            client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds), logger: logger)
         if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
             let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))
             grants = GrantStore(client: postgres, cipher: cipher, logger: logger)
@@ -87,7 +90,7 @@ public func buildApplication(
     return Application(
         router: router,
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [dependencies.postgres, dependencies.inbox] + extraServices,
+        services: [dependencies.postgres, dependencies.inbox] + (dependencies.sessionCache.map { [$0] } ?? []) + extraServices,
         onServerRunning: onServerRunning,
         logger: logger
     )

@@ -14,13 +14,30 @@ enum JSONResponse {
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(data: data)))
     }
 
+    /// A JSON value, serialized without JSONEncoder (the session check is a hot path).
+    static func make(status: HTTPResponse.Status, json value: JSONValue, headers extra: HTTPFields = [:]) -> Response {
+        var headers = extra
+        headers[.contentType] = "application/json"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: value.serialized)))
+    }
+
+    /// `2026-11-22T05:03:28Z`, as JSONEncoder's `.iso8601` writes it, without a formatter per call.
+    static func timestamp(_ date: Date) -> JSONValue {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return .string(
+            "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z")
+    }
+
     /// The `{"error": CODE}` bodies of the session and vault APIs (SPEC §5).
     static func error(_ status: HTTPResponse.Status, _ code: String, description: String? = nil, retryAfter: Int? = nil) -> Response {
         var body: [String: JSONValue] = ["error": .string(code)]
         if let description { body["description"] = .string(description) }
         var headers = HTTPFields()
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
-        return make(status: status, JSONValue.object(body), headers: headers)
+        return make(status: status, json: .object(body), headers: headers)
     }
 }
 

@@ -29,6 +29,8 @@ public struct ServiceConfiguration: Sendable {
     public var sessionLifetimeSeconds = 14 * 24 * 3600
     /// Workspace domains an ID token's `hd` must name; empty for no restriction.
     public var hostedDomains: Set<String> = []
+    /// Session checks served from memory, invalidated by NOTIFY (RISC_SESSION_CACHE, default on).
+    public var sessionCache = true
 
     public static let googleRISCConfigurationURL = "https://accounts.google.com/.well-known/risc-configuration"
     public static let googleOpenIDConfigurationURL = "https://accounts.google.com/.well-known/openid-configuration"
@@ -124,6 +126,13 @@ public struct ServiceConfiguration: Sendable {
         sessionLifetimeSeconds = try variables.optional("RISC_SESSION_TTL", default: 14 * 24 * 3600) { value in
             guard let seconds = Int(value), seconds >= 60 else { throw Problem("must be a number of seconds, at least 60") }
             return seconds
+        }
+        sessionCache = try variables.optional("RISC_SESSION_CACHE", default: true) { value in
+            switch value.lowercased() {
+            case "on", "true", "1": return true
+            case "off", "false", "0": return false
+            default: throw Problem("must be on or off")
+            }
         }
         hostedDomains = try variables.optional("RISC_HOSTED_DOMAINS", default: []) { value in
             Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty })

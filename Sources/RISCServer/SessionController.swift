@@ -27,16 +27,6 @@ public struct SessionController<Context: RequestContext>: Sendable {
         var user: UserView
     }
 
-    struct SessionView: Encodable {
-        struct Times: Encodable {
-            var created_at: Date
-            var expires_at: Date
-        }
-        var user: UserView
-        var session: Times
-        var flags: [String]
-    }
-
     func signIn(_ request: Request, context: Context) async throws -> Response {
         var request = request
         guard let body = try? await request.collectBody(upTo: 64 * 1024), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
@@ -69,7 +59,11 @@ public struct SessionController<Context: RequestContext>: Sendable {
         case .valid(let user, let createdAt, let expiresAt, let flags):
             return JSONResponse.make(
                 status: .ok,
-                SessionView(user: user, session: .init(created_at: createdAt, expires_at: expiresAt), flags: flags.names))
+                json: [
+                    "user": user.jsonValue,
+                    "session": ["created_at": JSONResponse.timestamp(createdAt), "expires_at": JSONResponse.timestamp(expiresAt)],
+                    "flags": .array(flags.names.map(JSONValue.string)),
+                ])
         case .revoked:
             return JSONResponse.error(.unauthorized, "session_revoked")
         case .invalid:

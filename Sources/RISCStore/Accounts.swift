@@ -16,6 +16,17 @@ public struct UserView: Sendable, Codable, Equatable {
     enum CodingKeys: String, CodingKey {
         case sub, email, emailVerified = "email_verified", name, picture, hd
     }
+
+    /// The same object as the Codable form, built directly (no JSONEncoder on the hot path).
+    public var jsonValue: JSONValue {
+        var object: [String: JSONValue] = ["sub": .string(sub)]
+        if let email { object["email"] = .string(email) }
+        if let emailVerified { object["email_verified"] = .bool(emailVerified) }
+        if let name { object["name"] = .string(name) }
+        if let picture { object["picture"] = .string(picture) }
+        if let hd { object["hd"] = .string(hd) }
+        return .object(object)
+    }
 }
 
 /// The account flags a session check reports (SPEC §3, §5).
@@ -49,11 +60,15 @@ public struct SessionStore: Sendable {
     }
 
     let client: PostgresClient
+    let cache: SessionCache?
     let logger: Logger
     public let sessionLifetime: Duration
 
-    public init(client: PostgresClient, sessionLifetime: Duration = .seconds(14 * 24 * 3600), logger: Logger) {
+    public init(
+        client: PostgresClient, cache: SessionCache? = nil, sessionLifetime: Duration = .seconds(14 * 24 * 3600), logger: Logger
+    ) {
         self.client = client
+        self.cache = cache
         self.sessionLifetime = sessionLifetime
         self.logger = logger
     }
@@ -106,12 +121,18 @@ public struct SessionStore: Sendable {
         return result
     }
 
-    /// The hot path of every API call the app makes: one prepared statement.
+    /// The hot path of every API call the app makes: the cache, else one prepared statement.
     public func lookup(token: String) async throws -> Lookup {
-        for try await row in try await client.execute(LookupSession(hash: Self.tokenHash(token)), logger: logger) {
+        let hash = Self.tokenHash(token)
+        let now = Date()
+        if let hit = cache?.lookup(hash, now: now) { return hit }
+        let epoch = cache?.currentEpoch()
+        for try await row in try await client.execute(LookupSession(hash: hash), logger: logger) {
             if row.revoked { return .revoked }
-            guard row.expiresAt > Date() else { return .invalid }
-            return .valid(user: row.user, createdAt: row.createdAt, expiresAt: row.expiresAt, flags: row.flags)
+            guard row.expiresAt > now else { return .invalid }
+            let valid = Lookup.valid(user: row.user, createdAt: row.createdAt, expiresAt: row.expiresAt, flags: row.flags)
+            if let cache, let epoch { cache.store(hash, sub: row.user.sub, valid, readAt: epoch) }
+            return valid
         }
         return .invalid
     }
@@ -119,9 +140,10 @@ public struct SessionStore: Sendable {
     /// Signs out: the session is deleted. False when there was none.
     public func end(token: String) async throws -> Bool {
         var deleted = false
-        let rows = try await client.query(
-            "DELETE FROM risc_sessions WHERE token_hash = \(Self.tokenHash(token)) RETURNING id", logger: logger)
+        let hash = Self.tokenHash(token)
+        let rows = try await client.query("DELETE FROM risc_sessions WHERE token_hash = \(hash) RETURNING id", logger: logger)
         for try await _ in rows { deleted = true }
+        cache?.remove(hash)
         return deleted
     }
 }

@@ -2,6 +2,7 @@ import DevTransmitter
 import Foundation
 import PostgresNIO
 import RISC
+import RISCStore
 import Testing
 
 @Suite("Sign-in, sessions and the refresh-token vault over real HTTP and PostgreSQL")
@@ -135,6 +136,51 @@ struct SignInAndVaultTests {
                 grants = count
             }
             #expect(grants == 0)
+        }
+    }
+}
+
+@Suite("Session checks served from memory stay exact")
+struct SessionCacheTests {
+    /// Polls (bounded) until the session check gives `expected`; the invalidation travels by NOTIFY.
+    func expectSoon(_ harness: Harness, _ token: String, _ expected: String?, status: Int) async throws {
+        let deadline = ContinuousClock.now + .seconds(2)
+        var reply = try await harness.checkSession(token)
+        while reply.status != status || reply.error != expected, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+            reply = try await harness.checkSession(token)
+        }
+        #expect(reply.status == status, "\(reply.body)")
+        #expect(reply.error == expected)
+    }
+
+    @Test("A change made elsewhere (another process, an operator's SQL) reaches a cached session at once")
+    func invalidation() async throws {
+        try await Harness.with { harness in
+            let sub = "cache-\(UUID().uuidString)"
+            let revoked = try await harness.newSession(sub: sub)
+            let deleted = try await harness.newSession(sub: sub)
+            for token in [revoked, deleted] {
+                // Twice: the second answer comes from the cache.
+                #expect(try await harness.checkSession(token).status == 200)
+                #expect(try await harness.checkSession(token).status == 200)
+            }
+            try await harness.database.query(
+                "UPDATE risc_sessions SET revoked_at = now() WHERE token_hash = \(SessionStore.tokenHash(revoked))")
+            try await expectSoon(harness, revoked, "session_revoked", status: 401)
+
+            try await harness.database.query(
+                "UPDATE risc_users SET credential_change_required = true WHERE sub = \(sub)")
+            let deadline = ContinuousClock.now + .seconds(2)
+            var flags = try await harness.checkSession(deleted).json["flags"]
+            while flags != ["credential_change_required"], ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+                flags = try await harness.checkSession(deleted).json["flags"]
+            }
+            #expect(flags == ["credential_change_required"])
+
+            try await harness.database.query("DELETE FROM risc_sessions WHERE token_hash = \(SessionStore.tokenHash(deleted))")
+            try await expectSoon(harness, deleted, "invalid_session", status: 401)
         }
     }
 }

@@ -1,0 +1,125 @@
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+
+/// Valid session checks, kept in memory so the hot path skips the database. Correctness comes from
+/// invalidation, not expiry: every change to a user's sessions or account flags is announced by triggers on
+/// the `risc_sessions` channel (migration 0004), and the entries of that user are dropped at once.
+///
+/// The cache only answers while its LISTEN connection is up; when the connection drops it is emptied and
+/// bypassed until LISTEN is back, so a missed notification can never leave a revoked session valid.
+public final class SessionCache: Service, Sendable {
+    public static let channel = "risc_sessions"
+
+    struct Entry {
+        var sub: String
+        var value: SessionStore.Lookup
+        var cachedAt: ContinuousClock.Instant
+    }
+
+    struct State {
+        var entries: [Data: Entry] = [:]
+        var hashesBySub: [String: Set<Data>] = [:]
+        var listening = false
+        /// Bumped by every invalidation: a database read that began before one must not be cached after it.
+        var epoch: UInt64 = 0
+    }
+
+    let client: PostgresClient
+    let logger: Logger
+    let maxEntries: Int
+    /// A safety net only: entries are refreshed after this long even without a notification.
+    let maxAge: Duration
+    private let state = Mutex(State())
+
+    public init(client: PostgresClient, maxEntries: Int = 200_000, maxAge: Duration = .seconds(60), logger: Logger) {
+        self.client = client
+        self.maxEntries = maxEntries
+        self.maxAge = maxAge
+        self.logger = logger
+    }
+
+    /// A cached answer for a token hash, if there is a fresh one.
+    func lookup(_ hash: Data, now: Date) -> SessionStore.Lookup? {
+        state.withLock { state in
+            guard state.listening, let entry = state.entries[hash] else { return nil }
+            guard ContinuousClock.now - entry.cachedAt < maxAge, case .valid(_, _, let expiresAt, _) = entry.value,
+                expiresAt > now
+            else {
+                state.entries[hash] = nil
+                state.hashesBySub[entry.sub]?.remove(hash)
+                return nil
+            }
+            return entry.value
+        }
+    }
+
+    /// The epoch to pass to `store` once the database has answered.
+    func currentEpoch() -> UInt64? {
+        state.withLock { $0.listening ? $0.epoch : nil }
+    }
+
+    /// Caches a valid answer read from the database, unless an invalidation arrived since the read began.
+    func store(_ hash: Data, sub: String, _ value: SessionStore.Lookup, readAt epoch: UInt64) {
+        state.withLock { state in
+            guard state.listening, state.epoch == epoch else { return }
+            if state.entries.count >= maxEntries {
+                state.entries.removeAll(keepingCapacity: true)
+                state.hashesBySub.removeAll(keepingCapacity: true)
+            }
+            state.entries[hash] = Entry(sub: sub, value: value, cachedAt: .now)
+            state.hashesBySub[sub, default: []].insert(hash)
+        }
+    }
+
+    func invalidate(sub: String) {
+        state.withLock { state in
+            state.epoch &+= 1
+            for hash in state.hashesBySub.removeValue(forKey: sub) ?? [] { state.entries[hash] = nil }
+        }
+    }
+
+    /// Drops one session at once (sign-out in this process); the trigger tells the others.
+    func remove(_ hash: Data) {
+        state.withLock { state in
+            state.epoch &+= 1
+            if let entry = state.entries.removeValue(forKey: hash) { state.hashesBySub[entry.sub]?.remove(hash) }
+        }
+    }
+
+    private func setListening(_ listening: Bool) {
+        state.withLock { state in
+            state.epoch &+= 1
+            state.entries.removeAll()
+            state.hashesBySub.removeAll()
+            state.listening = listening
+        }
+    }
+
+    /// Holds the LISTEN connection; reconnects after a failure, with the cache bypassed meanwhile.
+    public func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    try await self.client.withConnection { connection in
+                        let notifications = try await connection.listen(Self.channel)
+                        self.setListening(true)
+                        for try await notification in notifications {
+                            self.invalidate(sub: notification.payload)
+                        }
+                    }
+                } catch {
+                    if Task.isCancelled { break }
+                    self.logger.warning(
+                        "Lost the session-invalidation LISTEN connection; checking sessions in the database until it is back",
+                        metadata: ["error": "\(EventInbox.describe(error))"])
+                }
+                self.setListening(false)
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+        setListening(false)
+    }
+}
