@@ -39,7 +39,9 @@ psql="$(pg_bin)/psql -h 127.0.0.1 -p $pg_port -U postgres -d risc_bench -qtA"
 "$bin" migrate >/dev/null
 "$bin" dev transmitter --port "$tx_port" --audience bench-client 2>"$work/transmitter.log" &
 pids+=($!)
-"$bin" serve 2>"$work/serve.log" &
+# The receiver alone: the worker, which would act on the 100,000 queued events meanwhile, has its own
+# benchmark (scripts/bench-accounts.sh).
+"$bin" serve --no-worker 2>"$work/serve.log" &
 serve_pid=$!
 pids+=($serve_pid)
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && curl -fs "http://127.0.0.1:$tx_port/jwks" >/dev/null && break; sleep 0.1; done

@@ -72,6 +72,20 @@ public struct EventQueue: Sendable {
         return result
     }
 
+    /// Makes a finished, failed or dead event runnable again (an operator's replay). Its actions are applied
+    /// again; every action is idempotent. Returns false for an unknown id or an ignored event.
+    public func replay(id: Int64) async throws -> Bool {
+        var replayed = false
+        let rows = try await client.query(
+            """
+            UPDATE risc_events SET status = 'pending', attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
+            WHERE id = \(id) AND status <> 'ignored' RETURNING id
+            """, logger: logger)
+        for try await _ in rows { replayed = true }
+        if replayed { try await client.query("SELECT pg_notify('risc_events', '')", logger: logger) }
+        return replayed
+    }
+
     private func inTransaction<T: Sendable>(
         _ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending T
     ) async throws -> T {

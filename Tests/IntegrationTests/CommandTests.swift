@@ -32,6 +32,10 @@ struct CommandTests {
             ("DATABASE_URL", nil), ("DATABASE_URL", "mysql://x"), ("RISC_CLIENT_IDS", nil), ("RISC_CLIENT_IDS", " , "),
             ("RISC_PORT", "http"), ("RISC_PORT", "70000"), ("RISC_ALLOWED_ALGS", "RS256,none"), ("RISC_ALLOWED_ALGS", "HS256"),
             ("RISC_ALLOWED_ALGS", "XX1"), ("RISC_CONFIGURATION_URL", "ftp://example.com/x"),
+            ("GOOGLE_OPENID_CONFIGURATION_URL", "not a url"), ("RISC_VAULT_KEY", "c2hvcnQ="),
+            ("RISC_VAULT_PREVIOUS_KEYS", "c2hvcnQ="), ("GOOGLE_CLIENT_SECRET_FILES", "/nonexistent/client_secret.json"),
+            ("GOOGLE_CLIENT_SECRET_FILES", "/etc/hostname"), ("RISC_MAX_ATTEMPTS", "0"), ("RISC_SESSION_TTL", "ten"),
+            ("RISC_SESSION_CACHE", "maybe"), ("RISC_SERVICE_TOKEN", "short"),
         ] as [(String, String?)])
     func configurationErrors(_ variable: String, _ value: String?) async throws {
         var environment = Self.validEnvironment
@@ -43,6 +47,16 @@ struct CommandTests {
         #expect(lines.first?.contains(variable) == true, "\(output)")
     }
 
+    @Test("The vault's service token without a vault key names RISC_VAULT_KEY")
+    func serviceTokenNeedsVaultKey() async throws {
+        var environment = Self.validEnvironment
+        environment["RISC_SERVICE_TOKEN"] = "a-service-token-long-enough"
+        let (status, output) = try await runRiscReceiver(["serve"], environment: environment)
+        #expect(status == 2)
+        #expect(output.split(separator: "\n").count == 1)
+        #expect(output.contains("RISC_VAULT_KEY"), "\(output)")
+    }
+
     @Test("An unknown subcommand or option is a usage error")
     func usage() async throws {
         let (status, output) = try await runRiscReceiver(["frobnicate"], environment: [:])
@@ -51,6 +65,12 @@ struct CommandTests {
         let send = try await runRiscReceiver(["dev", "send", "sessions-revoked"], environment: [:])
         #expect(send.status != 0)
         #expect(send.output.contains("needs --sub"))
+        let worker = try await runRiscReceiver(["worker", "--batch-size", "0"], environment: [:])
+        #expect(worker.status != 0)
+        #expect(worker.output.contains("--batch-size"))
+        let idtoken = try await runRiscReceiver(["dev", "idtoken"], environment: [:])
+        #expect(idtoken.status != 0)
+        #expect(idtoken.output.contains("--sub"))
     }
 
     @Test("migrate applies everything once, concurrently safe, and refuses a changed file")

@@ -142,7 +142,7 @@ struct WorkerTests {
         }
     }
 
-    @Test("An event that keeps failing is retried with backoff, then dead-lettered and kept")
+    @Test("An event that keeps failing is retried with backoff, then dead-lettered and kept, and can be replayed")
     func retriesThenDead() async throws {
         try await IsolatedDatabase.with { database in
             // Events the worker cannot decode fail every attempt.
@@ -164,6 +164,19 @@ struct WorkerTests {
             }
             #expect(try await database.count("SELECT attempts FROM risc_events WHERE jti = 'broken'") == 3)
             #expect(try await database.count("SELECT count(*) FROM risc_event_actions") == 0)
+
+            // Once the cause is fixed, a replay runs it again and it completes.
+            try await database.client.query(
+                """
+                UPDATE risc_events SET events = '[{"type": "https://schemas.openid.net/secevent/risc/event-type/verification", "state": "fixed"}]'
+                WHERE jti = 'broken'
+                """)
+            let id = try await database.count("SELECT id FROM risc_events WHERE jti = 'broken'")
+            #expect(try await queue.replay(id: Int64(id)))
+            #expect(try await queue.processBatch(limit: 10).done == 1)
+            #expect(try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done' AND attempts = 1 AND last_error IS NULL") == 1)
+            #expect(try await database.count("SELECT count(*) FROM risc_event_actions WHERE kind = 'record_verification' AND detail = 'fixed'") == 1)
+            #expect(try await queue.replay(id: 999_999) == false)
         }
     }
 
