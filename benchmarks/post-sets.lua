@@ -1,6 +1,6 @@
 -- wrk script: POSTs pre-signed SETs to /risc/events, each token once (tokens are split across threads).
 -- Environment: RISC_BENCH_TOKENS (file, one SET per line), RISC_BENCH_THREADS, RISC_BENCH_CONNECTIONS,
--- RISC_BENCH_RATE (requests/s for the whole run; 0 = as fast as possible).
+-- RISC_BENCH_RATE (requests/s offered for the whole run, open loop; 0 = as fast as possible).
 local threads = {}
 
 function setup(thread)
@@ -21,8 +21,11 @@ function init(args)
   next_index = 0
   reused = 0
   not_accepted = 0
-  -- Pacing: each connection waits connections/rate seconds between requests.
-  pause_ms = rate > 0 and (1000 * connections / rate) or 0
+  -- Pacing (open loop): each thread sends at rate/threads, on a fixed schedule of slots. Every request takes
+  -- the thread's next slot and waits for it, so a slow response does not lower the offered rate (the next
+  -- free connection catches up) as a fixed pause per connection would.
+  slot_ms = rate > 0 and (1000 * nthreads / rate) or 0
+  next_slot_ms = nil
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/secevent+jwt"
 end
@@ -36,8 +39,25 @@ function request()
   return wrk.format(nil, "/risc/events", nil, tokens[next_index])
 end
 
+local ffi = require("ffi")
+ffi.cdef[[
+  typedef struct { long tv_sec; long tv_nsec; } risc_timespec;
+  int clock_gettime(int clock, risc_timespec *ts);
+]]
+local now_ts = ffi.new("risc_timespec")
+local function now_ms()
+  ffi.C.clock_gettime(1, now_ts) -- CLOCK_MONOTONIC
+  return tonumber(now_ts.tv_sec) * 1000 + tonumber(now_ts.tv_nsec) / 1e6
+end
+
 function delay()
-  return pause_ms
+  if slot_ms == 0 then return 0 end
+  local now = now_ms()
+  if next_slot_ms == nil then next_slot_ms = now end
+  local wait = next_slot_ms - now
+  next_slot_ms = next_slot_ms + slot_ms
+  if wait > 0 then return wait end
+  return 0
 end
 
 function response(status, headers, body)

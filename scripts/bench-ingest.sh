@@ -10,8 +10,8 @@ connections=${1:-64}
 seconds=${2:-10}
 latency_rate=${3:-5000}
 threads=2
-# Enough unique SETs for a throughput run at up to 12,000/s and two paced runs.
-max_tokens=${RISC_BENCH_TOKENS_MAX:-$(( (12000 + 2 * latency_rate * 3 / 2) * seconds ))}
+# Enough unique SETs for a throughput run at up to 12,000/s and a paced run.
+max_tokens=${RISC_BENCH_TOKENS_MAX:-$(( (12000 + latency_rate * 3 / 2) * seconds ))}
 
 pg_ensure_installed
 command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
@@ -50,9 +50,8 @@ echo "Signing $max_tokens SETs..." >&2
 curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: application/json' \
   -d "{\"type\":\"sessions-revoked\",\"count\":$max_tokens}" >"$work/all-tokens"
 latency_count=$((latency_rate * seconds * 3 / 2))
-head -n "$latency_count" "$work/all-tokens" >"$work/calibration-tokens"
-sed -n "$((latency_count + 1)),$((2 * latency_count))p" "$work/all-tokens" >"$work/latency-tokens"
-tail -n +"$((2 * latency_count + 1))" "$work/all-tokens" >"$work/throughput-tokens"
+head -n "$latency_count" "$work/all-tokens" >"$work/latency-tokens"
+tail -n +"$((latency_count + 1))" "$work/all-tokens" >"$work/throughput-tokens"
 # Warm up keys and connections with a few SETs that are not counted.
 curl -fs -X POST "http://127.0.0.1:$tx_port/dev/send" -H 'Content-Type: application/json' \
   -d "{\"type\":\"sessions-revoked\",\"sub\":\"warmup\",\"target\":\"http://127.0.0.1:$rx_port/risc/events\"}" >/dev/null
@@ -69,21 +68,10 @@ before=$($psql -c 'SELECT count(*) FROM risc_events')
 [ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
 throughput=$(run_wrk "$work/throughput-tokens" 0)
 after=$($psql -c 'SELECT count(*) FROM risc_events')
-# wrk paces per connection (a pause after each response), so the achieved rate falls short of the
-# nominal one by the response time. A first paced run measures the shortfall; the second is paced
-# so that the achieved rate is the one asked for.
 # Each run starts from a vacuumed, checkpointed table, so one run's after-effects are not billed to the next.
 settle() { $psql -c 'VACUUM ANALYZE risc_events' -c 'CHECKPOINT' >/dev/null; }
 settle
-calibration=$(run_wrk "$work/calibration-tokens" "$latency_rate")
-# Per connection a cycle is pause + response time; solving for the pause that makes the cycle
-# connections/target gives a nominal rate of 1 / (2/target - 1/achieved).
-nominal_rate=$(python3 -c "
-r, a = $latency_rate, max(1.0, $(field rate "$calibration"))
-d = 2 / r - 1 / a
-print(round(1 / d) if d > 0 else 4 * r)")
-settle
-latency=$(run_wrk "$work/latency-tokens" "$nominal_rate")
+latency=$(run_wrk "$work/latency-tokens" "$latency_rate")
 
 $psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'
 pgbench_tps=$("$(pg_bin)/pgbench" -h 127.0.0.1 -p "$pg_port" -U postgres -n -c "$connections" -j "$threads" \
@@ -94,7 +82,7 @@ cat <<TXT
 Ingest benchmark ($(nproc) cores, $connections connections, ${seconds}s per run, fsync on)
   throughput run:  $(field rate "$throughput") SETs/s verified and committed; p50 $(field p50_ms "$throughput") ms, p99 $(field p99_ms "$throughput") ms;
                    non-202: $(field not_202 "$throughput"), socket errors: $(field socket_errors "$throughput"), token reuse: $(field token_reuse "$throughput"); rows stored: $((after - before)) for $(field requests "$throughput") requests
-  latency run:     target ${latency_rate}/s (paced at a nominal ${nominal_rate}/s), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
+  latency run:     offered ${latency_rate}/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
   pgbench ceiling: $pgbench_tps single-row insert transactions/s ($connections clients)
   ratio:           $(python3 -c "print(f'{$sets_per_s / $pgbench_tps:.2f}')") x the raw single-row insert ceiling
 TXT
