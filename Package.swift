@@ -16,7 +16,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
-        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0", traits: ["JSON", "YAML"]),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     ],
     targets: [
@@ -27,11 +29,18 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // Every metric the service records, named in one place (swift-metrics API only).
+        .target(
+            name: "RISCMetrics",
+            dependencies: [
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
+        ),
         // Discovery + JWKS fetching and caching; SET verification on top of jwt-kit.
         .target(
             name: "RISCKeys",
             dependencies: [
-                "RISC",
+                "RISC", "RISCMetrics",
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Logging", package: "swift-log"),
@@ -53,7 +62,7 @@ let package = Package(
         .target(
             name: "RISCWorker",
             dependencies: [
-                "RISC", "RISCStore",
+                "RISC", "RISCStore", "RISCMetrics",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
@@ -63,9 +72,11 @@ let package = Package(
         .target(
             name: "RISCServer",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCWorker",
+                "RISC", "RISCKeys", "RISCStore", "RISCWorker", "RISCMetrics",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         // Local stand-in for Google: discovery, JWKS with rotation, SET signing and sending.

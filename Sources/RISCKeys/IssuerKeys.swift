@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import JWTKit
 import Logging
+import RISCMetrics
 import Synchronization
 
 /// Why no key could be had for a token.
@@ -29,6 +30,8 @@ public actor IssuerKeys {
         public var unknownKidRefetchInterval: TimeInterval = 30
         /// Used when a response names no `max-age`.
         public var defaultMaxAge: TimeInterval = 300
+        /// Which issuer this is, in metrics: `risc` or `openid`.
+        public var metricsLabel = "risc"
 
         public init(discoveryURL: String, allowedAlgorithms: Set<String>) {
             self.discoveryURL = discoveryURL
@@ -82,6 +85,12 @@ public actor IssuerKeys {
 
     /// True once keys have been loaded at least once.
     public var isLoaded: Bool { issuer != nil }
+
+    /// Loads the keys if they never were (at start-up, so that readiness can report them).
+    public func load() async -> Bool {
+        if issuer == nil { try? await refreshNow() }
+        return issuer != nil
+    }
 
     /// A cached, unexpired key, or nil (then ask `key(kid:alg:)`).
     public nonisolated func cachedKey(kid: String, alg: String) -> ResolvedKey? {
@@ -175,12 +184,14 @@ public actor IssuerKeys {
             keys = newKeys
             expiresAt = clock().addingTimeInterval(maxAge)
             lastFetchFailed = false
+            ServiceMetrics.keysFetched(issuer: settings.metricsLabel, outcome: "success")
             snapshot.withLock { $0 = Snapshot(issuer: discovery.issuer, keys: newKeys, expiresAt: expiresAt) }
             logger.info(
                 "Loaded signing keys",
                 metadata: ["discovery": "\(settings.discoveryURL)", "keys": "\(newKeys.kids.count)", "max_age": "\(maxAge)"])
         } catch {
             lastFetchFailed = true
+            ServiceMetrics.keysFetched(issuer: settings.metricsLabel, outcome: "failure")
             // Keep serving the keys we have; try again in a little while rather than on every request.
             if issuer != nil { expiresAt = clock().addingTimeInterval(min(10, settings.unknownKidRefetchInterval)) }
             logger.warning(

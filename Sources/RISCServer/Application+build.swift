@@ -42,6 +42,7 @@ public struct ServiceDependencies: Sendable {
         setPolicy = SETPolicy(allowedAlgorithms: configuration.allowedAlgorithms, audiences: Set(configuration.clientIDs))
 
         var providerSettings = IssuerKeys.Settings(discoveryURL: configuration.openIDConfigurationURL, allowedAlgorithms: ["RS256"])
+        providerSettings.metricsLabel = "openid"
         providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
         identityProvider = IssuerKeys(settings: providerSettings, httpClient: httpClient, logger: logger)
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
@@ -69,11 +70,16 @@ public struct ServiceDependencies: Sendable {
 /// Wires routes and services into one application. The Postgres client starts first and stops last.
 public func buildApplication(
     configuration: ServiceConfiguration, dependencies: ServiceDependencies, logger: Logger,
-    extraServices: [any Service] = [],
+    expectedMigrations: [String]? = nil, extraServices: [any Service] = [],
     onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let router = Router(context: AppRequestContext.self)
-    router.get("/healthz") { _, _ in HTTPResponse.Status.ok }
+    _ = Telemetry.registry  // bootstraps swift-metrics before the first metric is recorded
+    OperationsController<AppRequestContext>(
+        postgres: dependencies.postgres, expectedMigrations: expectedMigrations,
+        keys: [("risc_keys", dependencies.transmitterKeys), ("openid_keys", dependencies.identityProvider)],
+        queue: EventQueue(client: dependencies.postgres, logger: logger)
+    ).addRoutes(to: router)
     ReceiverController<AppRequestContext>(
         verifier: SETVerifier(keys: dependencies.transmitterKeys, policy: dependencies.setPolicy),
         inbox: dependencies.inbox
@@ -90,7 +96,8 @@ public func buildApplication(
     return Application(
         router: router,
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
-        services: [dependencies.postgres, dependencies.inbox] + (dependencies.sessionCache.map { [$0] } ?? []) + extraServices,
+        services: [dependencies.postgres, dependencies.inbox, KeyWarmup(keys: [dependencies.transmitterKeys, dependencies.identityProvider])]
+            + (dependencies.sessionCache.map { [$0] } ?? []) + extraServices,
         onServerRunning: onServerRunning,
         logger: logger
     )

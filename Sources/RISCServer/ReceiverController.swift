@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import RISC
 import RISCKeys
+import RISCMetrics
 import RISCStore
 
 /// `POST /risc/events`: RFC 8935 push delivery. Verifies the SET, commits it, and only then answers 202.
@@ -26,12 +27,21 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
     }
 
     func receive(_ request: Request, context: Context) async -> Response {
+        let started = ContinuousClock.now
+        let (response, eventType, outcome) = await receive(request, logger: context.logger)
+        ServiceMetrics.setReceived(eventType: eventType, outcome: outcome)
+        ServiceMetrics.ingestDuration(ContinuousClock.now - started, outcome: outcome)
+        return response
+    }
+
+    /// The answer, and the event type and outcome it is counted under.
+    func receive(_ request: Request, logger: Logger) async -> (Response, String, String) {
         var request = request
         let body: ByteBuffer
         do {
             body = try await request.collectBody(upTo: Self.maxBodySize)
         } catch {
-            return Response(status: .contentTooLarge)
+            return (Response(status: .contentTooLarge), "unparsed", "too_large")
         }
         // Any Content-Type is accepted (SPEC §2); surrounding whitespace from hand-made requests is forgiven.
         let compact = Self.trimmedASCII(body)
@@ -40,28 +50,29 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
         do {
             token = try await verifier.verify(compact)
         } catch .rejected(let rejection) {
-            context.logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
-            return JSONResponse.make(status: .badRequest, rejection.body)
+            logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
+            return (JSONResponse.make(status: .badRequest, rejection.body), "unparsed", rejection.code.rawValue)
         } catch {
-            context.logger.warning("Rejected a SET for now: the transmitter's keys are unavailable")
-            return Self.retryLater(seconds: 30)
+            logger.warning("Rejected a SET for now: the transmitter's keys are unavailable")
+            return (Self.retryLater(seconds: 30), "unparsed", "keys_unavailable")
         }
+        let eventType = (token.primaryEvent ?? token.events.first)?.shortName ?? "unknown"
 
         do {
             let outcome = try await inbox.store(InboundEvent(token: token))
-            context.logger.info(
+            logger.info(
                 "Accepted a SET",
                 metadata: [
                     "jti": "\(token.jti)", "types": "\(token.events.map(\.shortName).joined(separator: ","))",
                     "duplicate": "\(outcome == .duplicate)",
                 ])
-            return Response(status: .accepted)
+            return (Response(status: .accepted), eventType, outcome == .duplicate ? "duplicate" : "accepted")
         } catch EventInbox.Failure.unstorable {
-            return JSONResponse.make(
-                status: .badRequest, SETRejection.invalidRequest("the claims cannot be stored").body)
+            let rejection = SETRejection.invalidRequest("the claims cannot be stored")
+            return (JSONResponse.make(status: .badRequest, rejection.body), eventType, rejection.code.rawValue)
         } catch {
-            context.logger.warning("Could not commit a SET; asking the transmitter to retry")
-            return Self.retryLater(seconds: 5)
+            logger.warning("Could not commit a SET; asking the transmitter to retry")
+            return (Self.retryLater(seconds: 5), eventType, "unavailable")
         }
     }
 

@@ -139,6 +139,35 @@ public struct ServiceConfiguration: Sendable {
         }
     }
 
+    /// Every variable with its effective value, in order, secrets replaced by `<redacted>` and the database
+    /// password removed from the URL: what `config check` prints.
+    public var redactedSummary: [(String, String)] {
+        func secret(_ value: String?) -> String { value == nil ? "<unset>" : "<redacted>" }
+        return [
+            ("DATABASE_URL", Self.redactingPassword(databaseURL)),
+            ("RISC_CLIENT_IDS", clientIDs.joined(separator: ",")),
+            ("RISC_CONFIGURATION_URL", riscConfigurationURL),
+            ("GOOGLE_OPENID_CONFIGURATION_URL", openIDConfigurationURL),
+            ("RISC_HOST", host),
+            ("RISC_PORT", String(port)),
+            ("RISC_ALLOWED_ALGS", allowedAlgorithms.sorted().joined(separator: ",")),
+            ("RISC_SERVICE_TOKEN", secret(serviceToken)),
+            ("RISC_VAULT_KEY", secret(vaultKey)),
+            ("RISC_VAULT_PREVIOUS_KEYS", vaultPreviousKeys.isEmpty ? "<unset>" : "<redacted: \(vaultPreviousKeys.count) keys>"),
+            ("GOOGLE_CLIENT_SECRET_FILES", clientSecrets.isEmpty ? "<unset>" : clientSecrets.map(\.clientID).joined(separator: ",") + " (client IDs; secrets redacted)"),
+            ("RISC_MAX_ATTEMPTS", String(maxAttempts)),
+            ("RISC_SESSION_TTL", String(sessionLifetimeSeconds)),
+            ("RISC_SESSION_CACHE", sessionCache ? "on" : "off"),
+            ("RISC_HOSTED_DOMAINS", hostedDomains.isEmpty ? "<unset>" : hostedDomains.sorted().joined(separator: ",")),
+        ]
+    }
+
+    static func redactingPassword(_ url: String) -> String {
+        guard var components = URLComponents(string: url), components.password != nil else { return url }
+        components.password = "redacted"
+        return components.string ?? "<redacted>"
+    }
+
     static func httpURL(_ value: String) throws -> String {
         guard let url = URL(string: value), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil
         else { throw Problem("must be an http(s) URL") }
@@ -164,7 +193,14 @@ struct VariableReader {
     }
 
     func raw(_ variable: String) -> String? {
-        guard let value = reader.string(forKey: ConfigKey(Self.key(for: variable)), isSecret: true) else { return nil }
+        let key = ConfigKey(Self.key(for: variable))
+        // A config file may hold numbers, booleans and lists where the environment only has strings.
+        let value =
+            reader.string(forKey: key, isSecret: true)
+            ?? reader.int(forKey: key).map { String($0) }
+            ?? reader.bool(forKey: key).map { String($0) }
+            ?? reader.stringArray(forKey: key, isSecret: true).map { $0.joined(separator: ",") }
+        guard let value else { return nil }
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
         return trimmed.isEmpty ? nil : trimmed
     }

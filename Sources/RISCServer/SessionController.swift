@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import RISC
 import RISCKeys
+import RISCMetrics
 import RISCStore
 
 /// Sign-in with a Google ID token, and the session checks the app makes on every call (SPEC §5).
@@ -31,6 +32,7 @@ public struct SessionController<Context: RequestContext>: Sendable {
         var request = request
         guard let body = try? await request.collectBody(upTo: 64 * 1024), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
         else {
+            ServiceMetrics.signIn(outcome: "invalid_token")
             return JSONResponse.error(.unauthorized, "invalid_token", description: "the body holds no idtoken")
         }
         let token: GoogleIDToken
@@ -38,17 +40,21 @@ public struct SessionController<Context: RequestContext>: Sendable {
             token = try await verifier.verify(idToken)
         } catch .invalid(let reason) {
             context.logger.info("Refused an ID token", metadata: ["reason": "\(reason)"])
+            ServiceMetrics.signIn(outcome: "invalid_token")
             return JSONResponse.error(.unauthorized, "invalid_token")
         } catch {
             context.logger.warning("Cannot verify ID tokens: the identity provider's keys are unavailable")
+            ServiceMetrics.signIn(outcome: "unavailable")
             return JSONResponse.error(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
         }
         switch try await sessions.signIn(token.profile) {
         case .signedIn(let sessionToken, let expiresAt, let user):
             context.logger.info("Signed in", metadata: ["sub": "\(user.sub)"])
+            ServiceMetrics.signIn(outcome: "success")
             return JSONResponse.make(status: .ok, SignedIn(session_token: sessionToken, expires_at: expiresAt, user: user))
         case .signInDisabled:
             context.logger.info("Refused a sign-in: disabled by an account-disabled event", metadata: ["sub": "\(token.profile.sub)"])
+            ServiceMetrics.signIn(outcome: "account_disabled")
             return JSONResponse.error(.forbidden, "account_disabled")
         }
     }

@@ -11,7 +11,22 @@ public struct EventQueue: Sendable {
         public var claimed = 0
         public var done = 0
         public var failed = 0
+        /// Of the failed: scheduled again, or dead-lettered.
+        public var retried = 0
+        public var dead = 0
+        public var sessionsRevoked = 0
+        public var grantsDeleted = 0
         public init() {}
+
+        mutating func add(_ other: BatchResult) {
+            claimed += other.claimed
+            done += other.done
+            failed += other.failed
+            retried += other.retried
+            dead += other.dead
+            sessionsRevoked += other.sessionsRevoked
+            grantsDeleted += other.grantsDeleted
+        }
     }
 
     let client: PostgresClient
@@ -39,15 +54,10 @@ public struct EventQueue: Sendable {
     public func processBatch(limit: Int) async throws -> BatchResult {
         var result = BatchResult()
         do {
-            let claimed = try await inTransaction { connection in
+            return try await inTransaction { connection in
                 let claimed = try await self.claim(limit: limit, id: nil, on: connection)
-                try await self.apply(claimed, on: connection)
-                return claimed
+                return try await self.apply(claimed, on: connection)
             }
-            result.claimed = claimed.count
-            result.done = claimed.filter { (try? $0.actions.get()) != nil }.count
-            result.failed = claimed.count - result.done
-            return result
         } catch let error as PSQLError where error.code == .server {
             logger.warning("A batch failed; applying its events one by one", metadata: ["error": "\(EventInbox.describe(error))"])
         }
@@ -55,18 +65,17 @@ public struct EventQueue: Sendable {
         let ids = try await runnableIDs(limit: limit)
         for id in ids {
             do {
-                let claimed = try await inTransaction { connection in
-                    let claimed = try await self.claim(limit: 1, id: id, on: connection)
-                    try await self.apply(claimed, on: connection)
-                    return claimed
-                }
-                guard let event = claimed.first else { continue }  // another worker has it
-                result.claimed += 1
-                if (try? event.actions.get()) != nil { result.done += 1 } else { result.failed += 1 }
+                result.add(
+                    try await inTransaction { connection in
+                        let claimed = try await self.claim(limit: 1, id: id, on: connection)  // empty if another worker has it
+                        return try await self.apply(claimed, on: connection)
+                    })
             } catch let error as PSQLError where error.code == .server {
-                result.claimed += 1
-                result.failed += 1
-                try await recordFailure(id: id, message: EventInbox.describe(error))
+                if let status = try await recordFailure(id: id, message: EventInbox.describe(error)) {
+                    result.claimed += 1
+                    result.failed += 1
+                    if status == "dead" { result.dead += 1 } else { result.retried += 1 }
+                }
             }
         }
         return result
@@ -126,8 +135,10 @@ public struct EventQueue: Sendable {
     }
 
     /// Applies every decodable event's actions in one call, and schedules the others for retry.
-    private func apply(_ claimed: [Claimed], on connection: PostgresConnection) async throws {
-        guard !claimed.isEmpty else { return }
+    private func apply(_ claimed: [Claimed], on connection: PostgresConnection) async throws -> BatchResult {
+        var result = BatchResult()
+        result.claimed = claimed.count
+        guard !claimed.isEmpty else { return result }
         // Ordered by user, so concurrent workers lock users' rows in the same order and cannot deadlock.
         var planned: [(sub: String, event: Int64, index: Int, action: AccountAction)] = []
         var done: [Int64] = []
@@ -139,7 +150,9 @@ public struct EventQueue: Sendable {
                     planned.append((action.sub ?? "", event.id, index, action))
                 }
             case .failure(let failure):
-                try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
+                let status = try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
+                result.failed += 1
+                if status == "dead" { result.dead += 1 } else { result.retried += 1 }
             }
         }
         planned.sort { ($0.sub, $0.event, $0.index) < ($1.sub, $1.event, $1.index) }
@@ -149,10 +162,24 @@ public struct EventQueue: Sendable {
         let arguments = planned.map { $0.action.argument ?? "" }
         try await connection.query(
             "SELECT risc_apply_actions(\(eventIDs), \(kinds), \(subs), \(arguments), \(done))", logger: logger)
+        result.done = done.count
+        // What the batch changed, for the metrics (counted once it has committed).
+        let totals = try await connection.query(
+            """
+            SELECT coalesce(sum(rows_affected) FILTER (WHERE kind = 'revoke_sessions'), 0)::int8,
+                   coalesce(sum(rows_affected) FILTER (WHERE kind LIKE 'delete_grant%'), 0)::int8
+            FROM risc_event_actions WHERE event_id = ANY(\(done))
+            """, logger: logger)
+        for try await (sessions, grants) in totals.decode((Int64, Int64).self) {
+            result.sessionsRevoked = Int(sessions)
+            result.grantsDeleted = Int(grants)
+        }
+        return result
     }
 
-    /// Counts a failed attempt: retry later with backoff, or dead-letter after the last attempt.
-    private func recordFailure(id: Int64, attempts: Int, message: String, on connection: PostgresConnection) async throws {
+    /// Counts a failed attempt: retry later with backoff, or dead-letter after the last attempt. Returns the new status.
+    @discardableResult
+    private func recordFailure(id: Int64, attempts: Int, message: String, on connection: PostgresConnection) async throws -> String {
         let (status, delay) = failureDecision(attempts: attempts + 1)
         try await connection.query(
             """
@@ -162,17 +189,32 @@ public struct EventQueue: Sendable {
             WHERE id = \(id) AND status IN ('pending', 'retry')
             """, logger: logger)
         logFailure(id: id, attempts: attempts + 1, status: status, message: message)
+        return status
     }
 
-    private func recordFailure(id: Int64, message: String) async throws {
+    /// The new status, or nil when the event was no longer this worker's to fail.
+    private func recordFailure(id: Int64, message: String) async throws -> String? {
         try await inTransaction { connection in
             let rows = try await connection.query(
                 "SELECT attempts FROM risc_events WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED",
                 logger: logger)
+            var status: String?
             for try await attempts in rows.decode(Int32.self) {
-                try await self.recordFailure(id: id, attempts: Int(attempts), message: message, on: connection)
+                status = try await self.recordFailure(id: id, attempts: Int(attempts), message: message, on: connection)
             }
+            return status
         }
+    }
+
+    /// How many events wait for a worker, and the age of the oldest, for the metrics.
+    public func backlog() async throws -> (depth: Int, oldestAgeSeconds: Double) {
+        let rows = try await client.query(
+            """
+            SELECT count(*)::int8, coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8
+            FROM risc_events WHERE status IN ('pending', 'retry')
+            """, logger: logger)
+        for try await (depth, age) in rows.decode((Int64, Double).self) { return (Int(depth), age) }
+        return (0, 0)
     }
 
     private func failureDecision(attempts: Int) -> (status: String, delay: Double) {

@@ -1,6 +1,7 @@
 import Logging
 import PostgresNIO
 import RISC
+import RISCMetrics
 import RISCStore
 import ServiceLifecycle
 import Synchronization
@@ -70,8 +71,15 @@ public final class EventWorker: Service, Sendable {
             // Drain: a full batch means there is probably more.
             while !Task.isCancelled {
                 do {
+                    let started = ContinuousClock.now
                     let result = try await queue.processBatch(limit: settings.batchSize)
                     if result.claimed > 0 {
+                        ServiceMetrics.batchDuration(ContinuousClock.now - started)
+                        ServiceMetrics.eventsProcessed(result.done, outcome: "done")
+                        ServiceMetrics.eventsProcessed(result.retried, outcome: "retried")
+                        ServiceMetrics.eventsProcessed(result.dead, outcome: "dead")
+                        ServiceMetrics.sessionsRevoked(result.sessionsRevoked)
+                        ServiceMetrics.grantsDeleted(result.grantsDeleted)
                         logger.debug("Processed a batch", metadata: ["done": "\(result.done)", "failed": "\(result.failed)"])
                     }
                     if result.claimed < settings.batchSize { break }

@@ -10,8 +10,10 @@ struct Migrate: AsyncParsableCommand {
     @Option(help: "Directory of NNNN_name.sql files (default: ./migrations).")
     var migrations: String?
 
+    @OptionGroup var config: ConfigFileOption
+
     func run() async throws {
-        let databaseURL = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
+        let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ServiceConfiguration.databaseURL(from: reader)
         }
         let logger = Bootstrap.logger("risc-receiver.migrate")

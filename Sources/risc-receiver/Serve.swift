@@ -16,15 +16,25 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Run no worker in this process (run `risc-receiver worker` separately).")
     var noWorker = false
 
+    @Option(help: "Directory of the migrations this build ships, for /readyz (default: as for migrate).")
+    var migrations: String?
+
+    @OptionGroup var config: ConfigFileOption
+
     func run() async throws {
-        let configuration = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
+        let configuration = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ServiceConfiguration(reader: reader)
         }
         let logger = Bootstrap.logger("risc-receiver")
         let dependencies = try ServiceDependencies(configuration: configuration, httpClient: .shared, logger: logger)
         let worker: [any Service] = noWorker ? [] : [dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker"))]
+        let expected = (try? Migrator(directory: Bootstrap.migrationsDirectory(migrations)))?.migrations.map(\.version)
+        if expected == nil {
+            logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
+        }
         let app = buildApplication(
-            configuration: configuration, dependencies: dependencies, logger: logger, extraServices: worker)
+            configuration: configuration, dependencies: dependencies, logger: logger, expectedMigrations: expected,
+            extraServices: worker)
         // runService handles SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, the worker finishes
         // its batch, then the pool closes.
         try await app.runService()
@@ -46,12 +56,12 @@ struct Worker: AsyncParsableCommand {
         guard (1...64).contains(concurrency) else { throw ValidationError("--concurrency must be 1...64") }
     }
 
+    @OptionGroup var config: ConfigFileOption
+
     func run() async throws {
-        let databaseURL = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
-            try ServiceConfiguration.databaseURL(from: reader)
-        }
-        let maxAttempts = try Bootstrap.configuration { reader throws(ServiceConfiguration.Invalid) in
-            try ServiceConfiguration.maxAttempts(from: reader)
+        let (databaseURL, maxAttempts) = try await Bootstrap.configuration(file: config.file) {
+            reader throws(ServiceConfiguration.Invalid) in
+            (try ServiceConfiguration.databaseURL(from: reader), try ServiceConfiguration.maxAttempts(from: reader))
         }
         let logger = Bootstrap.logger("risc-receiver.worker")
         let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)

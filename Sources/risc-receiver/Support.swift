@@ -3,26 +3,67 @@ import Configuration
 import Foundation
 import Logging
 import RISCServer
+import SystemPackage
+
+/// `--config FILE`: an optional JSON or YAML file of the same variables as the environment.
+struct ConfigFileOption: ParsableArguments {
+    @Option(name: .customLong("config"), help: "A JSON or YAML file of configuration variables; the environment overrides it.")
+    var file: String?
+}
 
 enum Bootstrap {
-    /// Logs go to standard error; `LOG_LEVEL` picks the level (default `info`).
+    /// Logs go to standard error. `LOG_LEVEL` picks the level (default `info`); `LOG_FORMAT=json` writes one
+    /// JSON object per line for log collectors, otherwise lines are `key=value` text.
     static func logger(_ label: String) -> Logger {
+        let environment = ProcessInfo.processInfo.environment
+        let level = environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+        let json = environment["LOG_FORMAT"]?.lowercased() == "json"
         LoggingSystem.bootstrap { label in
+            if json {
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+            handler.logLevel = level
             return handler
         }
         return Logger(label: label)
     }
 
-    static var configReader: ConfigReader {
-        ConfigReader(providers: [EnvironmentVariablesProvider()])
+    /// The environment, then the file: the first provider that has a value wins. The file's keys are the
+    /// variables' names (`RISC_PORT: 8080`), so each lookup key (`risc.port`) is mapped back to that name.
+    static func configReader(file: String?) async throws -> ConfigReader {
+        var providers: [any ConfigProvider] = [EnvironmentVariablesProvider()]
+        if let file {
+            guard FileManager.default.isReadableFile(atPath: file) else {
+                throw fail("--config \(file): cannot read the file", code: 2)
+            }
+            let mapToVariable: @Sendable (AbsoluteConfigKey) -> AbsoluteConfigKey = { key in
+                AbsoluteConfigKey([key.components.joined(separator: "_").uppercased()])
+            }
+            do {
+                if file.lowercased().hasSuffix(".json") {
+                    let provider = try await FileProvider<JSONSnapshot>(filePath: FilePath(file))
+                    providers.append(KeyMappingProvider(upstream: provider, keyMapper: mapToVariable))
+                } else {
+                    let provider = try await FileProvider<YAMLSnapshot>(filePath: FilePath(file))
+                    providers.append(KeyMappingProvider(upstream: provider, keyMapper: mapToVariable))
+                }
+            } catch {
+                throw fail("--config \(file): not a valid JSON or YAML object of variables (\(error))", code: 2)
+            }
+        }
+        return ConfigReader(providers: providers)
     }
 
     /// Reads configuration; a problem ends the process with one line naming the variable, and exit code 2.
-    static func configuration<T>(_ read: (ConfigReader) throws(ServiceConfiguration.Invalid) -> T) throws -> T {
+    static func configuration<T>(
+        file: String? = nil, _ read: (ConfigReader) throws(ServiceConfiguration.Invalid) -> T
+    ) async throws -> T {
+        let reader = try await configReader(file: file)
         do {
-            return try read(configReader)
+            return try read(reader)
         } catch {
             FileHandle.standardError.write(Data("risc-receiver: configuration error: \(error)\n".utf8))
             throw ExitCode(2)
@@ -42,5 +83,46 @@ enum Bootstrap {
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {
         FileHandle.standardError.write(Data("risc-receiver: \(message)\n".utf8))
         return ExitCode(code)
+    }
+}
+
+/// One JSON object per line on standard error: `ts`, `level`, `label`, `message`, `source`, and the metadata
+/// (the request's `hb.request.id` among it). Metadata never holds a secret: callers log ids, not tokens.
+struct JSONLogHandler: LogHandler {
+    let label: String
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+    var metadataProvider: Logger.MetadataProvider?
+
+    init(label: String) { self.label = label }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var merged = metadata
+        if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
+        if let explicit = event.metadata { merged.merge(explicit) { _, new in new } }
+        var object: [String: Any] = [
+            "ts": ISO8601DateFormatter().string(from: Date()), "level": event.level.rawValue, "label": label,
+            "message": event.message.description, "source": event.source,
+        ]
+        if let error = event.error { object["error"] = String(describing: error) }
+        for (key, value) in merged where object[key] == nil { object[key] = Self.plain(value) }
+        guard var data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        else { return }
+        data.append(0x0A)
+        FileHandle.standardError.write(data)
+    }
+
+    static func plain(_ value: Logger.Metadata.Value) -> Any {
+        switch value {
+        case .string(let string): string
+        case .stringConvertible(let convertible): convertible.description
+        case .array(let array): array.map(plain)
+        case .dictionary(let dictionary): dictionary.mapValues(plain)
+        }
     }
 }

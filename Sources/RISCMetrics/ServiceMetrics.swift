@@ -1,0 +1,64 @@
+import Foundation
+import Metrics
+
+/// Every metric the service records, named once (Prometheus conventions: snake_case, a `risc_` prefix,
+/// `_total` for counters, base units in the name). Recorded through swift-metrics; the executable
+/// bootstraps the Prometheus backend that `GET /metrics` exposes.
+public enum ServiceMetrics {
+    /// One SET answered: its event type (short name) and the outcome (`accepted`, `duplicate`, or the error).
+    public static func setReceived(eventType: String, outcome: String) {
+        Counter(label: "risc_sets_received_total", dimensions: [("event_type", eventType), ("outcome", outcome)]).increment()
+    }
+
+    /// From the request's arrival to its answer (202 only after the commit).
+    public static func ingestDuration(_ duration: Duration, outcome: String) {
+        Timer(label: "risc_ingest_duration_seconds", dimensions: [("outcome", outcome)], preferredDisplayUnit: .seconds)
+            .recordNanoseconds(duration.nanoseconds)
+    }
+
+    /// Events finished by a worker: `done`, `retried` or `dead`.
+    public static func eventsProcessed(_ count: Int, outcome: String) {
+        guard count > 0 else { return }
+        Counter(label: "risc_worker_events_total", dimensions: [("outcome", outcome)]).increment(by: count)
+    }
+
+    public static func batchDuration(_ duration: Duration) {
+        Timer(label: "risc_worker_batch_duration_seconds", preferredDisplayUnit: .seconds).recordNanoseconds(duration.nanoseconds)
+    }
+
+    /// The age of the oldest event still waiting for a worker (0 when none is).
+    public static func workerLag(seconds: Double) {
+        Gauge(label: "risc_worker_lag_seconds").record(seconds)
+    }
+
+    public static func queueDepth(_ count: Int) {
+        Gauge(label: "risc_worker_queue_depth").record(count)
+    }
+
+    /// A discovery document + JWKS fetch for `issuer` (`risc` or `openid`): `success` or `failure`.
+    public static func keysFetched(issuer: String, outcome: String) {
+        Counter(label: "risc_jwks_fetches_total", dimensions: [("issuer", issuer), ("outcome", outcome)]).increment()
+    }
+
+    public static func sessionsRevoked(_ count: Int) {
+        guard count > 0 else { return }
+        Counter(label: "risc_sessions_revoked_total").increment(by: count)
+    }
+
+    public static func grantsDeleted(_ count: Int) {
+        guard count > 0 else { return }
+        Counter(label: "risc_grants_deleted_total").increment(by: count)
+    }
+
+    /// A sign-in: `success`, `invalid_token`, `account_disabled` or `unavailable`.
+    public static func signIn(outcome: String) {
+        Counter(label: "risc_signins_total", dimensions: [("outcome", outcome)]).increment()
+    }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import PostgresNIO
+import RISC
+import RISCKeys
+import RISCMetrics
+import RISCStore
+import ServiceLifecycle
+
+/// `/healthz`, `/readyz` and `/metrics` (SPEC §7).
+public struct OperationsController<Context: RequestContext>: Sendable {
+    let postgres: PostgresClient
+    /// The migration versions this build ships; nil when the directory could not be found.
+    let expectedMigrations: [String]?
+    let keys: [(name: String, keys: IssuerKeys)]
+    let queue: EventQueue
+
+    public init(postgres: PostgresClient, expectedMigrations: [String]?, keys: [(name: String, keys: IssuerKeys)], queue: EventQueue) {
+        self.postgres = postgres
+        self.expectedMigrations = expectedMigrations
+        self.keys = keys
+        self.queue = queue
+    }
+
+    public func addRoutes(to router: Router<Context>) {
+        router.get("/healthz") { _, _ in HTTPResponse.Status.ok }
+        router.get("/readyz") { _, _ in await self.readiness() }
+        router.get("/metrics") { _, _ in await self.metrics() }
+    }
+
+    func readiness() async -> Response {
+        var checks: [String: JSONValue] = [:]
+        var missing: [JSONValue] = []
+        do {
+            let applied = try await withTimeout(.seconds(2)) { try await self.appliedMigrations() }
+            checks["database"] = "ok"
+            if let expected = expectedMigrations {
+                let pending = expected.filter { !applied.contains($0) }
+                if pending.isEmpty {
+                    checks["migrations"] = "ok"
+                } else {
+                    checks["migrations"] = .string("pending: " + pending.joined(separator: ", "))
+                    missing.append("migrations")
+                }
+            } else {
+                checks["migrations"] = applied.isEmpty ? "none applied" : "unchecked (migrations directory not found)"
+                if applied.isEmpty { missing.append("migrations") }
+            }
+        } catch {
+            checks["database"] = "unreachable"
+            checks["migrations"] = "unknown"
+            missing.append("database")
+        }
+        for (name, issuer) in keys {
+            if await issuer.isLoaded {
+                checks[name] = "ok"
+            } else {
+                checks[name] = "never loaded"
+                missing.append(.string(name))
+            }
+        }
+        let ready = missing.isEmpty
+        return JSONResponse.make(
+            status: ready ? .ok : .serviceUnavailable,
+            json: ["status": ready ? "ready" : "not_ready", "checks": .object(checks), "missing": .array(missing)])
+    }
+
+    func appliedMigrations() async throws -> Set<String> {
+        var versions = Set<String>()
+        for try await version in try await postgres.query("SELECT version FROM schema_migrations").decode(String.self) {
+            versions.insert(version)
+        }
+        return versions
+    }
+
+    func metrics() async -> Response {
+        // The backlog is read at scrape time, so it is right whichever process runs the workers.
+        if let backlog = try? await withTimeout(.seconds(1), { try await self.queue.backlog() }) {
+            ServiceMetrics.queueDepth(backlog.depth)
+            ServiceMetrics.workerLag(seconds: backlog.oldestAgeSeconds)
+        }
+        var headers = HTTPFields()
+        headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: Telemetry.exposition())))
+    }
+}
+
+/// Loads the issuers' keys at start-up (and retries until they load), so that readiness can report them
+/// before the first SET or sign-in arrives.
+public struct KeyWarmup: Service {
+    let keys: [IssuerKeys]
+
+    public init(keys: [IssuerKeys]) { self.keys = keys }
+
+    public func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                var allLoaded = true
+                for issuer in keys where await !issuer.load() { allLoaded = false }
+                if allLoaded { break }
+                try await Task.sleep(for: .seconds(5))
+            }
+            // Nothing more to do; stay up until shutdown like every other service.
+            try await Task.sleep(for: .seconds(365 * 24 * 3600))
+        }
+    }
+}
