@@ -83,6 +83,10 @@ DECLARE
     issued      timestamptz;
     affected    integer;
     recorded_n  integer[] := '{}';
+    recorded_d  text[] := '{}';
+    detail      text;
+    -- An event whose account-disabled changed nothing (older than the account state) changes nothing else.
+    stale_event bigint;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(kinds, 1), 0) LOOP
         IF event_id IS DISTINCT FROM action_events[i] THEN
@@ -90,8 +94,15 @@ BEGIN
             SELECT e.received_at, e.issued_at INTO STRICT received, issued FROM risc_events e WHERE e.id = event_id;
         END IF;
         affected := 0;
+        detail := NULLIF(arguments[i], '');
+        IF event_id = stale_event AND kinds[i] IN ('revoke_sessions', 'flag_for_review') THEN
+            detail := 'skipped: the event is older than the account state';
+        ELSE
         CASE kinds[i]
         WHEN 'revoke_sessions' THEN
+            -- Sign-in takes the same lock before it inserts a session, so a sign-in still in flight either
+            -- commits first (and its session is revoked here) or stamps its session after this commit.
+            PERFORM pg_advisory_xact_lock(hashtext('risc_sessions:' || subs[i]));
             UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
              WHERE sub = subs[i] AND revoked_at IS NULL AND created_at <= received;
             GET DIAGNOSTICS affected = ROW_COUNT;
@@ -115,12 +126,13 @@ BEGIN
             GET DIAGNOSTICS affected = ROW_COUNT;
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
             INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at)
-            VALUES (subs[i], kinds[i] = 'disable_sign_in', CASE WHEN kinds[i] = 'disable_sign_in' THEN arguments[i] END, issued)
+            VALUES (subs[i], kinds[i] = 'disable_sign_in', CASE WHEN kinds[i] = 'disable_sign_in' THEN NULLIF(arguments[i], '') END, issued)
             ON CONFLICT (sub) DO UPDATE
                SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
                    sign_in_state_at = EXCLUDED.sign_in_state_at, updated_at = now()
              WHERE u.sign_in_state_at IS NULL OR u.sign_in_state_at <= EXCLUDED.sign_in_state_at;
             GET DIAGNOSTICS affected = ROW_COUNT;
+            IF affected = 0 THEN stale_event := event_id; END IF;
         WHEN 'flag_for_review' THEN
             INSERT INTO risc_users AS u (sub, review_required) VALUES (subs[i], true)
             ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
@@ -135,12 +147,14 @@ BEGIN
         ELSE
             RAISE EXCEPTION 'unknown action kind %', kinds[i];
         END CASE;
+        END IF;
         recorded_n := recorded_n || affected;
+        recorded_d := recorded_d || detail;
     END LOOP;
 
     INSERT INTO risc_event_actions (event_id, kind, sub, detail, rows_affected)
-    SELECT a.event_id, a.kind, NULLIF(a.sub, ''), NULLIF(a.detail, ''), a.n
-      FROM unnest(action_events, kinds, subs, arguments, recorded_n) AS a(event_id, kind, sub, detail, n);
+    SELECT a.event_id, a.kind, NULLIF(a.sub, ''), a.detail, a.n
+      FROM unnest(action_events, kinds, subs, recorded_d, recorded_n) AS a(event_id, kind, sub, detail, n);
 
     UPDATE risc_events
        SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL

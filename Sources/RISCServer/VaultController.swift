@@ -76,6 +76,7 @@ public struct VaultController<Context: RequestContext>: Sendable {
             return Self.response(for: error, context: context)
         }
         guard let refreshToken = tokens.refreshToken else {
+            try? await oauth.revoke(token: tokens.accessToken)  // nothing is kept, so nothing stays live
             return JSONResponse.error(
                 .unprocessableContent, "no_refresh_token",
                 description: "the token endpoint issued no refresh token (ask for offline access)")
@@ -84,9 +85,11 @@ public struct VaultController<Context: RequestContext>: Sendable {
         // Core §3.1.3.7); its sub names the user when the caller did not.
         let tokenSub = tokens.idToken.flatMap(Self.unverifiedSubject)
         guard let sub = body.sub ?? tokenSub else {
+            try? await oauth.revoke(token: refreshToken)
             return JSONResponse.error(.badRequest, "invalid_request", description: "sub is required when no id_token is issued")
         }
         if let tokenSub, tokenSub != sub {
+            try? await oauth.revoke(token: refreshToken)
             return JSONResponse.error(.badRequest, "invalid_request", description: "sub does not match the issued id_token")
         }
         let scopes = tokens.scope?.split(separator: " ").map(String.init) ?? []

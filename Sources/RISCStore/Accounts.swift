@@ -105,10 +105,14 @@ public struct SessionStore: Sendable {
             var disabled = false
             for try await value in rows.decode(Bool.self) { disabled = value }
             if disabled { return .signInDisabled }
+            // The lock a sessions-revoked event takes (migration 0003): once it is ours, no revocation for this
+            // user is in flight, and the session is stamped with the time it was really created.
+            try await connection.query(
+                "SELECT pg_advisory_xact_lock(hashtext('risc_sessions:' || \(profile.sub)))", logger: logger)
             let session = try await connection.query(
                 """
-                INSERT INTO risc_sessions (token_hash, sub, expires_at)
-                VALUES (\(hash), \(profile.sub), now() + make_interval(secs => \(lifetime)))
+                INSERT INTO risc_sessions (token_hash, sub, created_at, expires_at)
+                VALUES (\(hash), \(profile.sub), clock_timestamp(), clock_timestamp() + make_interval(secs => \(lifetime)))
                 RETURNING expires_at
                 """, logger: logger)
             var expiresAt = Date()

@@ -99,17 +99,23 @@ public final class SessionCache: Service, Sendable {
     }
 
     /// Holds the LISTEN connection; reconnects after a failure, with the cache bypassed meanwhile.
+    /// How often the listener checks its own connection with a heartbeat notification, and how long it
+    /// waits for one before it treats the connection as dead (a half-open TCP connection reports no error).
+    static let heartbeatInterval: Duration = .seconds(5)
+    static let heartbeatTimeout: Duration = .seconds(12)
+
+    struct StaleConnection: Error {}
+
+    final class LastHeard: Sendable {
+        private let time = Mutex(ContinuousClock.now)
+        func withLock<T>(_ body: (inout ContinuousClock.Instant) -> T) -> T { time.withLock { body(&$0) } }
+    }
+
     public func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do {
-                    try await self.client.withConnection { connection in
-                        let notifications = try await connection.listen(Self.channel)
-                        self.setListening(true)
-                        for try await notification in notifications {
-                            self.invalidate(sub: notification.payload)
-                        }
-                    }
+                    try await self.listenWithHeartbeat()
                 } catch {
                     if Task.isCancelled { break }
                     self.logger.warning(
@@ -121,5 +127,35 @@ public final class SessionCache: Service, Sendable {
             }
         }
         setListening(false)
+    }
+
+    private func listenWithHeartbeat() async throws {
+        let lastHeard = LastHeard()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await self.client.withConnection { connection in
+                    let notifications = try await connection.listen(Self.channel)
+                    lastHeard.withLock { $0 = .now }
+                    self.setListening(true)
+                    for try await notification in notifications {
+                        lastHeard.withLock { $0 = .now }
+                        // An empty payload is the heartbeat.
+                        if !notification.payload.isEmpty { self.invalidate(sub: notification.payload) }
+                    }
+                }
+            }
+            group.addTask {
+                while true {
+                    try await Task.sleep(for: Self.heartbeatInterval)
+                    _ = try? await withTimeout(.seconds(2)) {
+                        try await self.client.query("SELECT pg_notify('risc_sessions', '')", logger: self.logger)
+                    }
+                    if ContinuousClock.now - lastHeard.withLock({ $0 }) > Self.heartbeatTimeout { throw StaleConnection() }
+                }
+            }
+            // Either child ending ends the connection: the caller empties the cache and reconnects.
+            try await group.next()
+            group.cancelAll()
+        }
     }
 }

@@ -68,8 +68,9 @@ public final class EventWorker: Service, Sendable {
 
     private func workLoop(_ wakeUps: AsyncStream<Void>) async {
         for await _ in wakeUps {
-            // Drain: a full batch means there is probably more.
-            while !Task.isCancelled {
+            if Task.isShuttingDownGracefully { return }
+            // Drain: a full batch means there is probably more. A graceful shutdown ends it after this batch.
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 do {
                     let started = ContinuousClock.now
                     let result = try await queue.processBatch(limit: settings.batchSize)

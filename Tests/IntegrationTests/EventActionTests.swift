@@ -208,6 +208,18 @@ struct EventActionTests {
             let stale = try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now - 60 }
             #expect(try await harness.signIn(sub: sub).status == 200)
             #expect(try await harness.actions(jti: stale) == [.init(kind: "disable_sign_in", rows: 0)])
+            // A stale hijacking report changes nothing either: the sessions stay.
+            let session = try await harness.newSession(sub: sub)
+            let staleHijack = try await harness.sendAndWait("account-disabled", sub: sub) {
+                $0.iat = now - 30
+                $0.reason = "hijacking"
+            }
+            #expect(try await harness.checkSession(session).status == 200)
+            #expect(
+                try await harness.actions(jti: staleHijack) == [
+                    .init(kind: "disable_sign_in", rows: 0, detail: "hijacking"),
+                    .init(kind: "revoke_sessions", rows: 0, detail: "skipped: the event is older than the account state"),
+                ])
         }
     }
 

@@ -27,6 +27,8 @@ struct Harness {
         /// Run an in-process worker beside the receiver (as `serve` does by default).
         var worker = false
         var maxAttempts = 10
+        /// Start with the transmitter's discovery documents and JWKS answering 503.
+        var keysOutageAtStart = false
     }
 
     static let serviceToken = "test-service-token-0123456789"
@@ -74,6 +76,7 @@ struct Harness {
             tasks.addTask { try await group.run() }
             var ports = transmitterPorts.makeAsyncIterator()
             _ = await ports.next()
+            if options.keysOutageAtStart { transmitter.setKeysOutage(true) }
             try await Migrator(directory: repositoryRoot.appendingPathComponent("migrations").path)
                 .migrate(client: database, logger: logger)
 

@@ -183,7 +183,7 @@ struct WorkerTests {
     @Test("Graceful shutdown of an in-process worker finishes its batch and stops")
     func gracefulShutdown() async throws {
         try await IsolatedDatabase.with { database in
-            try await database.seed(count: 500)
+            try await database.seed(count: 5000)
             var settings = EventWorker.Settings()
             settings.batchSize = 50
             let worker = EventWorker(client: database.client, settings: settings, logger: Harness.logger)
@@ -199,6 +199,7 @@ struct WorkerTests {
             // Whole batches only: the events done are a multiple of the batch, and each has all its actions.
             let done = try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done'")
             #expect(done > 0)
+            #expect(done < 5000, "the worker drained the whole queue instead of stopping after its batch")
             #expect(done % 50 == 0, "\(done) events done: a batch was cut short")
             #expect(
                 try await database.count(

@@ -1,0 +1,215 @@
+import AsyncHTTPClient
+import DevTransmitter
+import Foundation
+import NIOCore
+import NIOHTTP1
+import RISCStore
+import PostgresNIO
+import RISC
+import Testing
+
+@Suite("Operations: readiness, metrics, logs, shutdown, configuration")
+struct OperationsTests {
+    @Test("/readyz names what is missing until the keys load, then answers 200")
+    func readiness() async throws {
+        var options = Harness.Options()
+        options.keysOutageAtStart = true
+        try await Harness.with(options) { harness in
+            let notReady = try await harness.call(.GET, "/readyz")
+            #expect(notReady.status == 503)
+            #expect(notReady.json["missing"] == ["risc_keys", "openid_keys"])
+            #expect(notReady.json["checks"]?.objectValue?["database"] == "ok")
+            #expect(try await harness.call(.GET, "/healthz").status == 200)
+
+            harness.transmitter.setKeysOutage(false)
+            let deadline = ContinuousClock.now + .seconds(15)
+            var reply = try await harness.call(.GET, "/readyz")
+            while reply.status != 200, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+                reply = try await harness.call(.GET, "/readyz")
+            }
+            #expect(reply.status == 200, "\(reply.body)")
+            #expect(reply.json["status"] == "ready")
+        }
+    }
+
+    @Test("/metrics exposes SETs by type and outcome, latency, sign-ins, JWKS fetches and worker figures")
+    func metrics() async throws {
+        var options = Harness.Options()
+        options.worker = true
+        try await Harness.with(options) { harness in
+            let sub = "metrics-\(UUID().uuidString)"
+            _ = try await harness.newSession(sub: sub)
+            try await harness.sendAndWait("sessions-revoked", sub: sub)
+            _ = try await harness.post("not-a-jws")
+            let reply = try await harness.call(.GET, "/metrics")
+            #expect(reply.status == 200)
+            #expect(reply.headers.first(name: "content-type")?.hasPrefix("text/plain") == true)
+            for expected in [
+                #"risc_sets_received_total{event_type="sessions-revoked",outcome="accepted"}"#,
+                #"risc_sets_received_total{event_type="unparsed",outcome="invalid_request"}"#,
+                "risc_ingest_duration_seconds_bucket", #"risc_signins_total{outcome="success"}"#,
+                #"risc_jwks_fetches_total{issuer="risc",outcome="success"}"#, #"risc_worker_events_total{outcome="done"}"#,
+                "risc_worker_batch_duration_seconds_bucket", "risc_worker_lag_seconds", "risc_worker_queue_depth",
+                "risc_sessions_revoked_total",
+            ] {
+                #expect(reply.body.contains(expected), "\(expected) is missing")
+            }
+        }
+    }
+
+    @Test("No token or secret reaches the logs, through every endpoint, at trace level in JSON")
+    func logsHoldNoSecrets() async throws {
+        try await ServeProcess.with(environment: ["LOG_LEVEL": "trace", "LOG_FORMAT": "json"]) { serve, transmitter in
+            var secrets: [String: String] = ["service token": Harness.serviceToken, "vault key": Harness.vaultKey, "client secret": "dev-client-secret"]
+            let sub = "logs-\(UUID().uuidString)"
+            let client = Client(base: serve.url)
+
+            let set = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: sub))
+            secrets["SET"] = set
+            secrets["SET signature"] = String(set.split(separator: ".")[2])
+            #expect(try await client.send(.POST, "/risc/events", body: set, contentType: "application/secevent+jwt").status == 202)
+            let forged = set.dropLast(8) + "AAAAAAAA"
+            secrets["forged SET"] = String(forged)
+            #expect(try await client.send(.POST, "/risc/events", body: String(forged), contentType: "application/secevent+jwt").status == 400)
+
+            var idRequest = IDTokenRequest(sub: sub)
+            idRequest.email = "\(sub)@example.com"
+            let idToken = try await transmitter.makeIDToken(idRequest)
+            secrets["ID token"] = idToken
+            let signIn = try await client.send(.POST, "/tokensignin", body: "idtoken=\(idToken)", contentType: "application/x-www-form-urlencoded")
+            let session = try #require(signIn.json["session_token"]?.stringValue)
+            secrets["session token"] = session
+            idRequest.expIn = -600
+            let expired = try await transmitter.makeIDToken(idRequest)
+            secrets["expired ID token"] = expired
+            #expect(try await client.send(.POST, "/tokensignin", json: ["idToken": .string(expired)]).status == 401)
+            #expect(try await client.send(.GET, "/v1/session", bearer: session).status == 200)
+
+            let refreshToken = "1//logs-refresh-\(UUID().uuidString)"
+            secrets["refresh token"] = refreshToken
+            let stored = try await client.send(
+                .POST, "/v1/grants", bearer: Harness.serviceToken,
+                json: ["sub": .string(sub), "refresh_token": .string(refreshToken), "client_id": .string(Harness.audience)])
+            #expect(stored.status == 201)
+            #expect(try await client.send(.POST, "/v1/grants", bearer: "wrong-\(Harness.serviceToken)", json: [:]).status == 401)
+
+            let verifier = "logs-verifier-\(UUID().uuidString)-\(UUID().uuidString)"
+            secrets["code verifier"] = verifier
+            let code = try #require(
+                try await client.send(
+                    .POST, transmitter.baseURL + "/dev/authorize",
+                    json: ["sub": .string(sub), "redirect_uri": "http://127.0.0.1/callback", "code_challenge": .string(verifier)]
+                ).json["code"]?.stringValue)
+            secrets["authorization code"] = code
+            let exchanged = try await client.send(
+                .POST, "/v1/grants/exchange", bearer: Harness.serviceToken,
+                json: [
+                    "code": .string(code), "code_verifier": .string(verifier), "redirect_uri": "http://127.0.0.1/callback",
+                    "client_id": .string(Harness.audience),
+                ])
+            #expect(exchanged.status == 200, "\(exchanged.body)")
+            let grant = try #require(exchanged.json["grant_id"]?.stringValue)
+            secrets["access token"] = try #require(exchanged.json["access_token"]?.stringValue)
+            let refreshed = try await client.send(.POST, "/v1/grants/\(grant)/token", bearer: Harness.serviceToken)
+            #expect(refreshed.status == 200)
+            secrets["refreshed access token"] = try #require(refreshed.json["access_token"]?.stringValue)
+            #expect(try await client.send(.DELETE, "/v1/grants/\(grant)", bearer: Harness.serviceToken).status == 204)
+            #expect(try await client.send(.DELETE, "/v1/session", bearer: session).status == 204)
+            // Give the worker a moment to act on the SET, so its lines are in the log too.
+            try await Task.sleep(for: .milliseconds(500))
+
+            let log = serve.log
+            #expect(log.contains("Accepted a SET"), "the log was not captured")
+            for (name, secret) in secrets {
+                #expect(!log.contains(secret), "the \(name) appears in the log")
+            }
+            // Every line is a JSON object, and the lines about requests carry the request id.
+            for line in log.split(separator: "\n") where line.hasPrefix("{") {
+                let object = try #require((try? JSONValue.parse(Data(line.utf8)))?.objectValue, "\(line)")
+                #expect(object["level"] != nil && object["message"] != nil)
+                if let message = object["message"]?.stringValue, ["Accepted a SET", "Signed in", "Rejected a SET", "Stored a grant"].contains(message) {
+                    #expect(object["hb.request.id"] != nil, "\(line)")
+                }
+            }
+        }
+    }
+
+    @Test("SIGTERM under load: every request is answered or refused, no 202 is lost, nothing is half-applied, exit 0")
+    func gracefulShutdownUnderLoad() async throws {
+        try await ServeProcess.with { serve, transmitter in
+            let tokens = try await withThrowingTaskGroup(of: String.self) { group in
+                for index in 0..<260 {
+                    group.addTask { try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: "term-\(index)-\(UUID().uuidString)")) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let client = Client(base: serve.url)
+            let outcomes = try await withThrowingTaskGroup(of: (String, Int?).self) { group in
+                var outcomes: [(String, Int?)] = []
+                var sent = 0
+                for token in tokens {
+                    if sent >= 24, let outcome = try await group.next() { outcomes.append(outcome) }
+                    group.addTask {
+                        // Short timeouts: after SIGTERM a request may sit on a connection nobody reads any more.
+                        (token, try? await client.send(
+                            .POST, "/risc/events", body: token, contentType: "application/secevent+jwt", timeout: .seconds(3)).status)
+                    }
+                    sent += 1
+                    if sent == 200 { serve.process.kill(SIGTERM) }
+                }
+                for try await outcome in group { outcomes.append(outcome) }
+                return outcomes
+            }
+            let status = try await withTimeout(.seconds(30)) { try await serve.process.wait() }
+            #expect(status == 0, "\(serve.log.suffix(2000))")
+
+            let accepted = outcomes.filter { $0.1 == 202 }.map { jti(of: $0.0) }
+            #expect(accepted.count >= 100)
+            #expect(outcomes.allSatisfy { $0.1 == nil || $0.1 == 202 || $0.1 == 503 }, "\(Set(outcomes.compactMap(\.1)))")
+            let database = PostgresClient(configuration: try DatabaseURL.configuration(from: Harness.environment("RISC_TEST_DATABASE_URL")), backgroundLogger: Harness.logger)
+            try await database.whileRunning { database in
+                var stored = Set<String>()
+                let jtis = outcomes.map { jti(of: $0.0) }
+                for try await jti in try await database.query("SELECT jti FROM risc_events WHERE jti = ANY(\(jtis))").decode(String.self) {
+                    stored.insert(jti)
+                }
+                #expect(Set(accepted).isSubset(of: stored), "a 202 was answered for a SET that was not stored")
+                // Events are done with their action, or pending without one: never in between.
+                var halfApplied = 0
+                for try await count in try await database.query(
+                    """
+                    SELECT count(*)::int8 FROM risc_events e
+                    WHERE e.jti = ANY(\(jtis))
+                      AND (e.status = 'done') <> EXISTS (SELECT 1 FROM risc_event_actions a WHERE a.event_id = e.id)
+                    """
+                ).decode(Int64.self) { halfApplied = Int(count) }
+                #expect(halfApplied == 0)
+            }
+        }
+    }
+}
+
+/// A minimal HTTP client for tests that talk to a child process.
+struct Client: Sendable {
+    let base: String
+
+    func send(
+        _ method: NIOHTTP1.HTTPMethod, _ path: String, bearer: String? = nil, body: String? = nil, contentType: String? = nil,
+        json: JSONValue? = nil, timeout: TimeAmount = .seconds(30)
+    ) async throws -> Harness.Reply {
+        var request = HTTPClientRequest(url: path.hasPrefix("http") ? path : base + path)
+        request.method = method
+        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
+        if let json {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: json.serialized))
+        } else if let body {
+            if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
+            request.body = .bytes(ByteBuffer(string: body))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: timeout)
+        let data = try await response.body.collect(upTo: 1 << 20)
+        return Harness.Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
+    }
+}

@@ -1,0 +1,100 @@
+import AsyncHTTPClient
+import DevTransmitter
+import Foundation
+import NIOCore
+import ServiceLifecycle
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = bind(fd, $0, length) }
+    }
+    withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { _ = getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// `risc-receiver serve` as a real child process, against an in-process development transmitter, with all of
+/// its output in a file.
+struct ServeProcess {
+    let process: ChildProcess
+    let url: String
+    let logFile: String
+
+    var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+
+    /// Starts a transmitter in this process and `serve` beside it, runs `body`, and stops both.
+    static func with(
+        environment extra: [String: String] = [:], arguments: [String] = [],
+        _ body: @escaping @Sendable (ServeProcess, DevTransmitter) async throws -> Void
+    ) async throws {
+        let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
+        let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
+        let app = transmitter.makeApplication { port in portContinuation.yield(port) }
+        let group = ServiceGroup(configuration: .init(services: [.init(service: app)], logger: Harness.logger))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            var iterator = ports.makeAsyncIterator()
+            _ = await iterator.next()
+            let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("client-secret-\(UUID().uuidString).json").path
+            FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8))
+            let port = freePort()
+            var environment: [String: String] = [
+                "DATABASE_URL": Harness.environment("RISC_TEST_DATABASE_URL"), "RISC_CLIENT_IDS": Harness.audience,
+                "RISC_PORT": String(port), "RISC_CONFIGURATION_URL": transmitter.discoveryURL,
+                "GOOGLE_OPENID_CONFIGURATION_URL": transmitter.openIDConfigurationURL,
+                "RISC_SERVICE_TOKEN": Harness.serviceToken, "RISC_VAULT_KEY": Harness.vaultKey,
+                "GOOGLE_CLIENT_SECRET_FILES": secretFile, "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+                "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path,
+            ]
+            environment.merge(extra) { _, new in new }
+            let logFile = FileManager.default.temporaryDirectory.appendingPathComponent("serve-\(UUID().uuidString).log").path
+            let process = try ChildProcess.spawn(riscReceiverBinary, ["serve"] + arguments, environment: environment, outputFile: logFile)
+            let serve = ServeProcess(process: process, url: "http://127.0.0.1:\(port)", logFile: logFile)
+            defer {
+                serve.process.kill(SIGKILL)
+                try? FileManager.default.removeItem(atPath: secretFile)
+                try? FileManager.default.removeItem(atPath: logFile)
+            }
+            do {
+                try await serve.waitUntilReady()
+                try await body(serve, transmitter)
+            } catch {
+                await group.triggerGracefulShutdown()
+                throw error
+            }
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+    }
+
+    func waitUntilReady() async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let reply = try? await get("/readyz"), reply.status == 200 { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw SubprocessFailed(description: "serve did not become ready:\n\(log)")
+    }
+
+    func get(_ path: String, bearer: String? = nil) async throws -> Harness.Reply {
+        var request = HTTPClientRequest(url: url + path)
+        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 4 << 20)
+        return Harness.Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: body))
+    }
+}
