@@ -57,6 +57,26 @@ public struct ServiceConfiguration: Sendable {
         }
     }
 
+    /// The vault keys alone, for `vault rotate`: the current key is required there.
+    public static func vaultKeys(from reader: ConfigReader) throws(Invalid) -> (current: String, previous: [String]) {
+        let variables = VariableReader(reader)
+        let current = try variables.required("RISC_VAULT_KEY") { value in
+            guard VaultCipher.key(base64: value) != nil else { throw Problem("must be 32 bytes in base64 (openssl rand -base64 32)") }
+            return value
+        }
+        return (current, try previousVaultKeys(variables))
+    }
+
+    static func previousVaultKeys(_ variables: VariableReader) throws(Invalid) -> [String] {
+        try variables.optional("RISC_VAULT_PREVIOUS_KEYS", default: []) { value in
+            let keys = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard keys.allSatisfy({ VaultCipher.key(base64: $0) != nil }) else {
+                throw Problem("must list 32-byte base64 keys, comma-separated")
+            }
+            return keys
+        }
+    }
+
     /// The worker's setting: attempts before an event is dead-lettered.
     public static func maxAttempts(from reader: ConfigReader) throws(Invalid) -> Int {
         try VariableReader(reader).optional("RISC_MAX_ATTEMPTS", default: 10) { value in
@@ -106,13 +126,7 @@ public struct ServiceConfiguration: Sendable {
         if serviceToken != nil, vaultKey == nil {
             throw Invalid(variable: "RISC_VAULT_KEY", problem: "is required when RISC_SERVICE_TOKEN enables the vault")
         }
-        vaultPreviousKeys = try variables.optional("RISC_VAULT_PREVIOUS_KEYS", default: []) { value in
-            let keys = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            guard keys.allSatisfy({ VaultCipher.key(base64: $0) != nil }) else {
-                throw Problem("must list 32-byte base64 keys, comma-separated")
-            }
-            return keys
-        }
+        vaultPreviousKeys = try Self.previousVaultKeys(variables)
         clientSecrets = try variables.optional("GOOGLE_CLIENT_SECRET_FILES", default: []) { value in
             try value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map { path in
                 guard let data = FileManager.default.contents(atPath: path) else { throw Problem("cannot read \(path)") }

@@ -91,7 +91,7 @@ public struct SessionStore: Sendable {
         let token = Self.newToken()
         let hash = Self.tokenHash(token)
         let lifetime = Double(sessionLifetime.components.seconds)
-        let result: SignInOutcome = try await client.withTransaction(logger: logger) { connection in
+        let result: SignInOutcome = try await client.transaction(logger: logger) { connection in
             let rows = try await connection.query(
                 """
                 INSERT INTO risc_users AS u (sub, email, email_verified, name, picture, hd, last_sign_in_at)

@@ -54,7 +54,7 @@ public struct EventQueue: Sendable {
     public func processBatch(limit: Int) async throws -> BatchResult {
         var result = BatchResult()
         do {
-            return try await inTransaction { connection in
+            return try await client.transaction(logger: logger) { connection in
                 let claimed = try await self.claim(limit: limit, id: nil, on: connection)
                 return try await self.apply(claimed, on: connection)
             }
@@ -66,7 +66,7 @@ public struct EventQueue: Sendable {
         for id in ids {
             do {
                 result.add(
-                    try await inTransaction { connection in
+                    try await client.transaction(logger: logger) { connection in
                         let claimed = try await self.claim(limit: 1, id: id, on: connection)  // empty if another worker has it
                         return try await self.apply(claimed, on: connection)
                     })
@@ -93,16 +93,6 @@ public struct EventQueue: Sendable {
         for try await _ in rows { replayed = true }
         if replayed { try await client.query("SELECT pg_notify('risc_events', '')", logger: logger) }
         return replayed
-    }
-
-    private func inTransaction<T: Sendable>(
-        _ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending T
-    ) async throws -> T {
-        do {
-            return try await client.withTransaction(logger: logger, body)
-        } catch let error as PostgresTransactionError {
-            throw error.closureError ?? error.commitError ?? error.beginError ?? error
-        }
     }
 
     private func claim(limit: Int, id: Int64?, on connection: PostgresConnection) async throws -> [Claimed] {
@@ -194,7 +184,7 @@ public struct EventQueue: Sendable {
 
     /// The new status, or nil when the event was no longer this worker's to fail.
     private func recordFailure(id: Int64, message: String) async throws -> String? {
-        try await inTransaction { connection in
+        try await client.transaction(logger: logger) { connection in
             let rows = try await connection.query(
                 "SELECT attempts FROM risc_events WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED",
                 logger: logger)

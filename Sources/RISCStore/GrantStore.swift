@@ -55,6 +55,41 @@ public struct GrantStore: Sendable {
         return .notFound
     }
 
+    /// Grants still sealed under a key other than the current one.
+    public func countToRotate() async throws -> Int {
+        let rows = try await client.query(
+            "SELECT count(*)::int8 FROM risc_grants WHERE ciphertext IS NOT NULL AND vault_key_id <> \(cipher.currentKeyID)",
+            logger: logger)
+        for try await count in rows.decode(Int64.self) { return Int(count) }
+        return 0
+    }
+
+    /// Re-encrypts up to `limit` grants under the current key, in one transaction; returns how many.
+    /// Zero means nothing is left. Rows locked by a concurrent rotation are skipped, not waited for.
+    public func rotateBatch(limit: Int) async throws -> Int {
+        try await client.transaction(logger: logger) { connection in
+            let rows = try await connection.query(
+                """
+                SELECT id, ciphertext, vault_key_id FROM risc_grants
+                WHERE ciphertext IS NOT NULL AND vault_key_id <> \(cipher.currentKeyID)
+                ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED
+                """, logger: logger)
+            var sealed: [(UUID, Data)] = []
+            for try await (id, ciphertext, keyID) in rows.decode((UUID, Data, String).self) {
+                let token = try cipher.open(ciphertext, keyID: keyID, grantID: id)
+                sealed.append((id, try cipher.seal(token, grantID: id)))
+            }
+            for (id, ciphertext) in sealed {
+                try await connection.query(
+                    """
+                    UPDATE risc_grants SET ciphertext = \(ciphertext), vault_key_id = \(cipher.currentKeyID), updated_at = now()
+                    WHERE id = \(id)
+                    """, logger: logger)
+            }
+            return sealed.count
+        }
+    }
+
     /// Deletes the grant's row, secret and all. False when there was none.
     public func delete(id: UUID) async throws -> Bool {
         var deleted = false

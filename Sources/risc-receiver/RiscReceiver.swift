@@ -6,7 +6,7 @@ struct RiscReceiver: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "risc-receiver",
         abstract: "Receives Google Cross-Account Protection (RISC) security events and acts on them.",
-        subcommands: [Serve.self, Worker.self, Migrate.self, Config.self, Dev.self]
+        subcommands: [Serve.self, Worker.self, Migrate.self, Config.self, Vault.self, Dev.self]
     )
 }
 

@@ -119,3 +119,68 @@ struct CommandTests {
         }
     }
 }
+
+@Suite("Configuration files and config check")
+struct ConfigFileTests {
+    static func write(_ text: String, suffix: String) -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("risc-config-\(UUID().uuidString).\(suffix)").path
+        FileManager.default.createFile(atPath: path, contents: Data(text.utf8))
+        return path
+    }
+
+    @Test("A YAML or JSON file supplies variables, the environment overrides it, and secrets are redacted")
+    func fileAndEnvironment() async throws {
+        let vaultKey = Data(repeating: 7, count: 32).base64EncodedString()
+        let yaml = Self.write(
+            """
+            DATABASE_URL: postgres://app:hunter2-secret@127.0.0.1:5432/risc
+            RISC_CLIENT_IDS: from-file.apps.googleusercontent.com
+            RISC_PORT: 8181
+            RISC_SERVICE_TOKEN: service-token-from-the-file
+            RISC_VAULT_KEY: \(vaultKey)
+            RISC_MAX_ATTEMPTS: 4
+            """, suffix: "yaml")
+        let json = Self.write(
+            #"{"DATABASE_URL": "postgres://app@127.0.0.1/risc", "RISC_CLIENT_IDS": "json-client", "RISC_SESSION_CACHE": "off"}"#,
+            suffix: "json")
+        defer {
+            try? FileManager.default.removeItem(atPath: yaml)
+            try? FileManager.default.removeItem(atPath: json)
+        }
+
+        let fromYAML = try await runRiscReceiver(["config", "check", "--config", yaml], environment: ["RISC_PORT": "9999"])
+        #expect(fromYAML.status == 0, "\(fromYAML.output)")
+        #expect(fromYAML.output.contains("RISC_CLIENT_IDS=from-file.apps.googleusercontent.com"))
+        #expect(fromYAML.output.contains("RISC_PORT=9999"), "the environment overrides the file")
+        #expect(fromYAML.output.contains("RISC_MAX_ATTEMPTS=4"))
+        #expect(fromYAML.output.contains("RISC_SERVICE_TOKEN=<redacted>"))
+        for secret in ["hunter2-secret", "service-token-from-the-file", vaultKey] {
+            #expect(!fromYAML.output.contains(secret), "\(secret) is printed")
+        }
+
+        let fromJSON = try await runRiscReceiver(["config", "check", "--config", json], environment: [:])
+        #expect(fromJSON.status == 0, "\(fromJSON.output)")
+        #expect(fromJSON.output.contains("RISC_CLIENT_IDS=json-client"))
+        #expect(fromJSON.output.contains("RISC_SESSION_CACHE=off"))
+    }
+
+    @Test("A bad value in the file, or an unreadable file, is one line and exit 2")
+    func badFile() async throws {
+        let bad = Self.write("DATABASE_URL: mysql://nope\nRISC_CLIENT_IDS: x\n", suffix: "yaml")
+        let garbage = Self.write("{ this is not json", suffix: "json")
+        defer {
+            try? FileManager.default.removeItem(atPath: bad)
+            try? FileManager.default.removeItem(atPath: garbage)
+        }
+        for (arguments, expected) in [
+            (["config", "check", "--config", bad], "DATABASE_URL"),
+            (["config", "check", "--config", garbage], "--config"),
+            (["config", "check", "--config", "/nonexistent.yaml"], "--config"),
+        ] {
+            let result = try await runRiscReceiver(arguments, environment: [:])
+            #expect(result.status == 2, "\(result.output)")
+            #expect(result.output.split(separator: "\n").count == 1, "\(result.output)")
+            #expect(result.output.contains(expected), "\(result.output)")
+        }
+    }
+}

@@ -151,14 +151,14 @@ struct WorkerTests {
                 INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at)
                 VALUES ('https://transmitter.test/', 'broken', ARRAY['x'], '[{"no": "type"}]', '{}', now())
                 """)
-            let queue = EventQueue(client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 1, maxDelay: 1), logger: Harness.logger)
+            let queue = EventQueue(client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 3, maxDelay: 3), logger: Harness.logger)
             let first = try await queue.processBatch(limit: 10)
             #expect(first.claimed == 1)
             #expect(first.failed == 1)
             #expect(try await database.count("SELECT count(*) FROM risc_events WHERE status = 'retry' AND attempts = 1 AND run_after > now() AND last_error IS NOT NULL") == 1)
             // Not runnable until its backoff has passed.
             #expect(try await queue.processBatch(limit: 10).claimed == 0)
-            try await database.waitUntil(timeout: .seconds(10)) {
+            try await database.waitUntil(timeout: .seconds(20)) {
                 _ = try await queue.processBatch(limit: 10)
                 return try await database.count("SELECT count(*) FROM risc_events WHERE status = 'dead'") == 1
             }
@@ -208,6 +208,49 @@ struct WorkerTests {
                     AND NOT EXISTS (SELECT 1 FROM risc_event_actions a WHERE a.event_id = e.id)
                     """) == 0)
             #expect(try await database.count("SELECT count(*) FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id WHERE e.status <> 'done'") == 0)
+        }
+    }
+}
+
+@Suite("Vault key rotation")
+struct VaultRotationTests {
+    @Test("vault rotate re-encrypts every grant under the new key; old ciphertexts no longer needed; no escapes when piped")
+    func rotate() async throws {
+        try await IsolatedDatabase.with { database in
+            let oldKey = Harness.vaultKey
+            let newKey = Data((0..<32).map { UInt8(255 - $0) }).base64EncodedString()
+            let old = GrantStore(client: database.client, cipher: VaultCipherForTests.cipher, logger: Harness.logger)
+            var tokens: [UUID: String] = [:]
+            for index in 0..<250 {
+                let token = "1//rotate-\(index)-\(UUID().uuidString)"
+                tokens[try await old.store(sub: "rotate-\(index % 7)", clientID: Harness.audience, scopes: [], refreshToken: token)] = token
+            }
+            let environment = [
+                "DATABASE_URL": database.url, "RISC_VAULT_KEY": newKey, "RISC_VAULT_PREVIOUS_KEYS": oldKey, "LOG_LEVEL": "warning",
+            ]
+            let result = try await runRiscReceiver(["vault", "rotate", "--batch-size", "40"], environment: environment)
+            #expect(result.status == 0, "\(result.output)")
+            #expect(result.output.contains("Re-encrypted 250 grants"), "\(result.output)")
+            #expect(!result.output.contains("\u{1B}") && !result.output.contains("\r"), "escape sequences in piped output")
+
+            // Readable with the new key alone.
+            let newOnly = GrantStore(
+                client: database.client, cipher: VaultCipher(current: VaultCipher.key(base64: newKey)!), logger: Harness.logger)
+            for (id, token) in tokens {
+                guard case .active(let grant) = try await newOnly.lookup(id: id) else {
+                    Issue.record("grant \(id) is not readable with the new key")
+                    continue
+                }
+                #expect(grant.refreshToken == token)
+            }
+            let again = try await runRiscReceiver(["vault", "rotate"], environment: environment)
+            #expect(again.output.contains("Re-encrypted 0 grants"), "\(again.output)")
+
+            // Without the key a grant was sealed with, rotation stops with a clear message.
+            try await old.store(sub: "late", clientID: Harness.audience, scopes: [], refreshToken: "1//sealed-with-the-old-key")
+            let missing = try await runRiscReceiver(["vault", "rotate"], environment: ["DATABASE_URL": database.url, "RISC_VAULT_KEY": newKey])
+            #expect(missing.status == 1)
+            #expect(missing.output.contains("RISC_VAULT_PREVIOUS_KEYS"), "\(missing.output)")
         }
     }
 }

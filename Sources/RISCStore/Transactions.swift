@@ -1,0 +1,16 @@
+import Logging
+import PostgresNIO
+
+extension PostgresClient {
+    /// `withTransaction`, throwing what actually went wrong (the body's error, or the BEGIN's or COMMIT's)
+    /// rather than postgres-nio's wrapper, so callers can match on it.
+    func transaction<Result: Sendable>(
+        logger: Logger, _ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending Result
+    ) async throws -> Result {
+        do {
+            return try await withTransaction(logger: logger, body)
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.commitError ?? error.beginError ?? error
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import ArgumentParser
+import Foundation
+import PostgresNIO
+import RISCServer
+import RISCStore
+
+struct Vault: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Refresh-token vault maintenance.", subcommands: [VaultRotate.self])
+}
+
+struct VaultRotate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate",
+        abstract: "Re-encrypt every grant under RISC_VAULT_KEY (old keys in RISC_VAULT_PREVIOUS_KEYS), in batches.",
+        discussion: """
+            Safe to run while the service runs, and to run again: grants already under the current key are skipped.
+            Once it reports nothing left, the old keys can be removed from RISC_VAULT_PREVIOUS_KEYS.
+            """)
+
+    @Option(help: "Grants re-encrypted per transaction.")
+    var batchSize: Int = 100
+
+    @OptionGroup var config: ConfigFileOption
+
+    func validate() throws {
+        guard (1...10_000).contains(batchSize) else { throw ValidationError("--batch-size must be 1...10000") }
+    }
+
+    func run() async throws {
+        let (databaseURL, keys) = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            (try ServiceConfiguration.databaseURL(from: reader), try ServiceConfiguration.vaultKeys(from: reader))
+        }
+        let logger = Bootstrap.logger("risc-receiver.vault")
+        let cipher = VaultCipher(
+            current: VaultCipher.key(base64: keys.current)!, previous: keys.previous.compactMap(VaultCipher.key(base64:)))
+        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        let grants = GrantStore(client: client, cipher: cipher, logger: logger)
+        let progress = ProgressBar(label: "Re-encrypting grants")
+        do {
+            let rotated = try await client.whileRunning(timeout: .seconds(24 * 3600)) { _ in
+                let total = try await grants.countToRotate()
+                var done = 0
+                progress.update(done: 0, total: total)
+                while true {
+                    let count = try await grants.rotateBatch(limit: batchSize)
+                    if count == 0 { break }
+                    done += count
+                    progress.update(done: done, total: max(total, done))
+                }
+                progress.finish()
+                return done
+            }
+            print("Re-encrypted \(rotated) grant\(rotated == 1 ? "" : "s") under key \(cipher.currentKeyID).")
+        } catch let error as VaultCipher.Failure {
+            progress.finish()
+            throw Bootstrap.fail("\(error); add the key it was sealed with to RISC_VAULT_PREVIOUS_KEYS")
+        } catch is TimeoutError {
+            throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
+        }
+    }
+}
+
+/// A one-line progress bar on standard error, drawn only when standard error is a terminal: piped output
+/// stays free of escape sequences and carriage returns.
+final class ProgressBar: Sendable {
+    let label: String
+    let enabled = isatty(STDERR_FILENO) == 1
+
+    init(label: String) { self.label = label }
+
+    func update(done: Int, total: Int) {
+        guard enabled else { return }
+        let width = 30
+        let filled = total == 0 ? width : min(width, done * width / total)
+        let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
+        FileHandle.standardError.write(Data("\r\(label) \(bar) \(done)/\(total)".utf8))
+    }
+
+    func finish() {
+        guard enabled else { return }
+        FileHandle.standardError.write(Data("\n".utf8))
+    }
+}
