@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 import PostgresNIO
 import RISC
@@ -75,8 +76,12 @@ public struct OperationsController<Context: RequestContext>: Sendable {
     }
 
     func metrics() async -> Response {
+        await Self.metrics(queue: queue)
+    }
+
+    static func metrics(queue: EventQueue) async -> Response {
         // The backlog is read at scrape time, so it is right whichever process runs the workers.
-        if let backlog = try? await withTimeout(.seconds(1), { try await self.queue.backlog() }) {
+        if let backlog = try? await withTimeout(.seconds(1), { try await queue.backlog() }) {
             ServiceMetrics.queueDepth(backlog.depth)
             ServiceMetrics.workerLag(seconds: backlog.oldestAgeSeconds)
         }
@@ -105,4 +110,14 @@ public struct KeyWarmup: Service {
             try await Task.sleep(for: .seconds(365 * 24 * 3600))
         }
     }
+}
+
+/// For a process that runs only a worker: `/healthz` and `/metrics` on their own port, for probes and scrapes.
+public func buildMetricsApplication(host: String, port: Int, postgres: PostgresClient, logger: Logger) -> some ApplicationProtocol {
+    _ = Telemetry.registry
+    let queue = EventQueue(client: postgres, logger: logger)
+    let router = Router()
+    router.get("/healthz") { _, _ in HTTPResponse.Status.ok }
+    router.get("/metrics") { _, _ in await OperationsController<BasicRequestContext>.metrics(queue: queue) }
+    return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: nil), logger: logger)
 }

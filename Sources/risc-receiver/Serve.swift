@@ -51,9 +51,16 @@ struct Worker: AsyncParsableCommand {
     @Option(help: "Batches in flight in this process.")
     var concurrency: Int = 2
 
+    @Option(help: "Serve /healthz and /metrics on this port (none by default).")
+    var metricsPort: Int?
+
+    @Option(help: "The address for --metrics-port.")
+    var metricsHost: String = "127.0.0.1"
+
     func validate() throws {
         guard (1...10_000).contains(batchSize) else { throw ValidationError("--batch-size must be 1...10000") }
         guard (1...64).contains(concurrency) else { throw ValidationError("--concurrency must be 1...64") }
+        if let metricsPort, !(1...65535).contains(metricsPort) { throw ValidationError("--metrics-port must be 1...65535") }
     }
 
     @OptionGroup var config: ConfigFileOption
@@ -70,9 +77,14 @@ struct Worker: AsyncParsableCommand {
         settings.batchSize = batchSize
         settings.concurrency = concurrency
         let worker = EventWorker(client: postgres, settings: settings, logger: logger)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: postgres)]
+        if let metricsPort {
+            services.append(.init(service: buildMetricsApplication(host: metricsHost, port: metricsPort, postgres: postgres, logger: logger)))
+        }
+        services.append(.init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup))
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: postgres), .init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup)],
+                services: services,
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         try await group.run()

@@ -128,14 +128,20 @@ struct WorkerTests {
             let count = 2000
             try await database.seed(count: count)
             let environment = ["DATABASE_URL": database.url, "LOG_LEVEL": "warning"]
-            let workers = try (0..<3).map { _ in
+            let metricsPort = freePort()
+            let workers = try (0..<3).map { index in
                 try ChildProcess.spawn(
-                    riscReceiverBinary, ["worker", "--batch-size", "25", "--concurrency", "2"], environment: environment,
-                    outputFile: "/dev/null")
+                    riscReceiverBinary,
+                    ["worker", "--batch-size", "25", "--concurrency", "2"] + (index == 0 ? ["--metrics-port", String(metricsPort)] : []),
+                    environment: environment, outputFile: "/dev/null")
             }
             try await database.waitUntil(timeout: .seconds(60)) {
                 try await database.count("SELECT count(*) FROM risc_events WHERE status <> 'done'") == 0
             }
+            // A worker-only process can be scraped too.
+            let metrics = try await Client(base: "http://127.0.0.1:\(metricsPort)").send(.GET, "/metrics")
+            #expect(metrics.body.contains(#"risc_worker_events_total{outcome="done"}"#), "\(metrics.body.prefix(500))")
+            #expect(metrics.body.contains("risc_worker_queue_depth 0"))
             for worker in workers { worker.kill(SIGTERM) }
             for worker in workers { #expect(try await worker.wait() == 0) }
             try await database.expectAllAppliedOnce(count: count)
