@@ -184,3 +184,17 @@ struct ConfigFileTests {
         }
     }
 }
+
+@Suite("deploy/")
+struct DeployTests {
+    @Test("Every YAML and JSON file parses, the Kubernetes manifests validate, and every command line they use is accepted")
+    func deployFiles() async throws {
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("deploy-check-\(UUID().uuidString).log").path
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let script = Harness.repositoryRoot.appendingPathComponent("scripts/check-deploy.py").path
+        let status = try await ChildProcess.spawn("/usr/bin/env", ["python3", script, riscReceiverBinary], outputFile: log).wait()
+        let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("0 problems"), "\(output)")
+    }
+}
