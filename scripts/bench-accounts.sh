@@ -4,49 +4,16 @@
 #   scripts/bench-accounts.sh [USERS=1000] [DRAIN_EVENTS=100000] [SECONDS=10]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/pg.sh
-
 users=${1:-1000}
 drain_events=${2:-100000}
 seconds=${3:-10}
 connections=64
 threads=2
 
-pg_ensure_installed
-command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
-swift build -c release --product risc-receiver >/dev/null 2>&1
-bin=$(swift build -c release --show-bin-path)/risc-receiver
-
-work=$(mktemp -d /tmp/risc-bench.XXXXXX)
-chmod 755 "$work"
-pg_port=$(pg_free_port); tx_port=$(pg_free_port); rx_port=$(pg_free_port)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  pg_stop "$work/pg"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-pg_start "$work/pg" "$pg_port"
-pg_createdb "$pg_port" risc_bench
-export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_bench?sslmode=disable"
-export RISC_CLIENT_IDS=bench-client RISC_HOST=127.0.0.1 RISC_PORT=$rx_port LOG_LEVEL=warning
-export RISC_CONFIGURATION_URL="http://127.0.0.1:$tx_port/.well-known/risc-configuration"
-export GOOGLE_OPENID_CONFIGURATION_URL="http://127.0.0.1:$tx_port/.well-known/openid-configuration"
-psql() { "$(pg_bin)/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -d "${PGDATABASE:-risc_bench}" -qtA "$@"; }
+. scripts/bench-lib.sh
 now() { python3 -c 'import time; print(time.perf_counter())'; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
-
-"$bin" migrate >/dev/null 2>&1
-"$bin" dev transmitter --port "$tx_port" --audience bench-client 2>"$work/transmitter.log" &
-pids+=($!)
-"$bin" serve 2>"$work/serve.log" &
-serve_pid=$!
-pids+=($serve_pid)
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && curl -fs "http://127.0.0.1:$tx_port/jwks" >/dev/null && break; sleep 0.1; done
+start_serve
 
 # Users load-user-0..N-1, each with one session whose token is bench-session-(K+1); only hashes are stored.
 psql -c "INSERT INTO risc_users (sub, email) SELECT 'load-user-' || k, 'u' || k || '@example.com' FROM generate_series(0, $users - 1) AS k" \
@@ -72,10 +39,7 @@ kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
 # The same session checks with the in-memory cache off: every check reads PostgreSQL.
 psql -c "UPDATE risc_sessions SET revoked_at = NULL" -c 'VACUUM ANALYZE' >/dev/null
-RISC_SESSION_CACHE=off "$bin" serve 2>"$work/serve-uncached.log" &
-serve_pid=$!
-pids+=($serve_pid)
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && break; sleep 0.1; done
+RISC_SESSION_CACHE=off start_serve
 uncached=$(run_wrk /v1/session)
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 

@@ -4,7 +4,6 @@
 #   scripts/bench-ingest.sh [CONNECTIONS] [SECONDS] [RATE_FOR_LATENCY_RUN]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/pg.sh
 
 connections=${1:-64}
 seconds=${2:-10}
@@ -13,38 +12,10 @@ threads=2
 # Enough unique SETs for a throughput run at up to 12,000/s and a paced run.
 max_tokens=${RISC_BENCH_TOKENS_MAX:-$(( (12000 + latency_rate * 3 / 2) * seconds ))}
 
-pg_ensure_installed
-command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
-swift build -c release --product risc-receiver >/dev/null
-bin=$(swift build -c release --show-bin-path)/risc-receiver
-
-work=$(mktemp -d /tmp/risc-bench.XXXXXX)
-chmod 755 "$work"
-pg_port=$(pg_free_port); tx_port=$(pg_free_port); rx_port=$(pg_free_port)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  pg_stop "$work/pg"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-pg_start "$work/pg" "$pg_port"
-pg_createdb "$pg_port" risc_bench
-export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_bench?sslmode=disable"
-export RISC_CLIENT_IDS=bench-client RISC_HOST=127.0.0.1 RISC_PORT=$rx_port LOG_LEVEL=warning
-export RISC_CONFIGURATION_URL="http://127.0.0.1:$tx_port/.well-known/risc-configuration"
-psql="$(pg_bin)/psql -h 127.0.0.1 -p $pg_port -U postgres -d risc_bench -qtA"
-"$bin" migrate >/dev/null
-"$bin" dev transmitter --port "$tx_port" --audience bench-client 2>"$work/transmitter.log" &
-pids+=($!)
+. scripts/bench-lib.sh
 # The receiver alone: the worker, which would act on the 100,000 queued events meanwhile, has its own
 # benchmark (scripts/bench-accounts.sh).
-"$bin" serve --no-worker 2>"$work/serve.log" &
-serve_pid=$!
-pids+=($serve_pid)
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$rx_port/healthz" >/dev/null && curl -fs "http://127.0.0.1:$tx_port/jwks" >/dev/null && break; sleep 0.1; done
+start_serve --no-worker
 
 echo "Signing $max_tokens SETs..." >&2
 curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: application/json' \
@@ -61,19 +32,18 @@ run_wrk() { # tokens-file rate
     wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s -s benchmarks/post-sets.lua \
     "http://127.0.0.1:$rx_port" | grep '^RESULT'
 }
-field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
-before=$($psql -c 'SELECT count(*) FROM risc_events')
+before=$(psql -c 'SELECT count(*) FROM risc_events')
 # RISC_BENCH_PERF=FILE records a system-wide CPU profile during the throughput run.
 [ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
 throughput=$(run_wrk "$work/throughput-tokens" 0)
-after=$($psql -c 'SELECT count(*) FROM risc_events')
+after=$(psql -c 'SELECT count(*) FROM risc_events')
 # Each run starts from a vacuumed, checkpointed table, so one run's after-effects are not billed to the next.
-settle() { $psql -c 'VACUUM ANALYZE risc_events' -c 'CHECKPOINT' >/dev/null; }
+settle() { psql -c 'VACUUM ANALYZE risc_events' -c 'CHECKPOINT' >/dev/null; }
 settle
 latency=$(run_wrk "$work/latency-tokens" "$latency_rate")
 
-$psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'
+psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'
 pgbench_tps=$("$(pg_bin)/pgbench" -h 127.0.0.1 -p "$pg_port" -U postgres -n -c "$connections" -j "$threads" \
   -T "$seconds" -f benchmarks/pgbench-insert.sql risc_bench 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
 

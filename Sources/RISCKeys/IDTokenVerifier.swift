@@ -28,11 +28,7 @@ public struct IDTokenVerifier: Sendable {
         }
         let key: ResolvedKey
         do {
-            if let cached = keys.cachedKey(kid: token.kid, alg: token.alg) {
-                key = cached
-            } else {
-                key = try await keys.key(kid: token.kid, alg: token.alg)
-            }
+            key = try await keys.resolve(kid: token.kid, alg: token.alg)
         } catch .unknownKey {
             throw .invalid(.init("the kid does not name a key of the identity provider"))
         } catch {

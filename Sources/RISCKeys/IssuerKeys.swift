@@ -109,6 +109,13 @@ public actor IssuerKeys {
         return endpoints
     }
 
+    /// The key for a token's `kid` and `alg`: from the lock-free snapshot when it is there, else from the actor
+    /// (which may refetch).
+    public nonisolated func resolve(kid: String, alg: String) async throws(KeyLookupError) -> ResolvedKey {
+        if let cached = cachedKey(kid: kid, alg: alg) { return cached }
+        return try await key(kid: kid, alg: alg)
+    }
+
     /// The key for a token's `kid` and `alg`.
     public func key(kid: String, alg: String) async throws(KeyLookupError) -> ResolvedKey {
         let now = clock()

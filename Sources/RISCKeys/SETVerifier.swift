@@ -28,11 +28,7 @@ public struct SETVerifier: Sendable {
         }
         let key: ResolvedKey
         do {
-            if let cached = keys.cachedKey(kid: token.header.kid, alg: token.header.alg) {
-                key = cached
-            } else {
-                key = try await keys.key(kid: token.header.kid, alg: token.header.alg)
-            }
+            key = try await keys.resolve(kid: token.header.kid, alg: token.header.alg)
         } catch .unknownKey {
             throw .rejected(.invalidKey("the kid does not name a key of the transmitter for this algorithm"))
         } catch {

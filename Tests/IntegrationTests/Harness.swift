@@ -140,19 +140,9 @@ struct Harness {
     func call(
         _ method: NIOHTTP1.HTTPMethod, _ path: String, bearer: String? = nil, json: JSONValue? = nil, form: [String: String]? = nil
     ) async throws -> Reply {
-        var request = HTTPClientRequest(url: path.hasPrefix("http") ? path : receiverURL + path)
-        request.method = method
-        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
-        if let json {
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(string: json.serialized))
-        } else if let form {
-            request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-            request.body = .bytes(ByteBuffer(string: FormEncoding.encode(form)))
-        }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
-        let data = try await response.body.collect(upTo: 1 << 20)
-        return Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
+        try await Client(base: receiverURL).send(
+            method, path, bearer: bearer, body: form.map(FormEncoding.encode),
+            contentType: form == nil ? nil : "application/x-www-form-urlencoded", json: json)
     }
 
     /// POSTs a body to the receiver as a transmitter would.
