@@ -77,7 +77,9 @@ let package = Package(
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-            ]
+            ],
+            // The admin API's OpenAPI document: committed as a file, compiled into the binary.
+            resources: [.embedInCode("Resources/admin-openapi.json")]
         ),
         // Local stand-in for Google: discovery, JWKS with rotation, SET signing and sending.
         .target(

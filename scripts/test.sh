@@ -5,9 +5,11 @@ cd "$(dirname "$0")/.."
 . scripts/pg.sh
 
 pg_ensure_installed
-# The deploy/ checks validate Kubernetes manifests with kubernetes-validate (PyPI), which ships the schemas.
-python3 -c 'import kubernetes_validate, yaml' 2>/dev/null ||
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore kubernetes-validate pyyaml
+# Validators from PyPI: kubernetes-validate (it ships the schemas) for deploy/, openapi-spec-validator and
+# jsonschema for the admin API's OpenAPI document and live responses.
+python3 -c 'import kubernetes_validate, yaml, openapi_spec_validator, jsonschema' 2>/dev/null ||
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+    kubernetes-validate pyyaml openapi-spec-validator jsonschema
 work=$(mktemp -d /tmp/risc-test.XXXXXX)
 chmod 755 "$work"
 main_port=$(pg_free_port)

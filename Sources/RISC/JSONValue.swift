@@ -46,6 +46,11 @@ public enum JSONValue: Sendable, Equatable, Codable {
         return nil
     }
 
+    public var arrayValue: [JSONValue]? {
+        if case .array(let value) = self { return value }
+        return nil
+    }
+
     public subscript(key: String) -> JSONValue? {
         objectValue?[key]
     }

@@ -88,6 +88,12 @@ public func buildApplication(
         verifier: IDTokenVerifier(keys: dependencies.identityProvider, policy: dependencies.idTokenPolicy),
         sessions: dependencies.sessions
     ).addRoutes(to: router)
+    if let adminToken = configuration.adminToken {
+        AdminController<AppRequestContext>(
+            adminToken: adminToken, queries: AdminQueries(client: dependencies.postgres, logger: logger),
+            queue: EventQueue(client: dependencies.postgres, logger: logger)
+        ).addRoutes(to: router)
+    }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {
         VaultController<AppRequestContext>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)
             .addRoutes(to: router)

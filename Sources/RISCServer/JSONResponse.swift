@@ -21,15 +21,7 @@ enum JSONResponse {
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: value.serialized)))
     }
 
-    /// `2026-11-22T05:03:28Z`, as JSONEncoder's `.iso8601` writes it, without a formatter per call.
-    static func timestamp(_ date: Date) -> JSONValue {
-        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return .string(
-            "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))Z")
-    }
+    static func timestamp(_ date: Date) -> JSONValue { .timestamp(date) }
 
     /// The `{"error": CODE}` bodies of the session and vault APIs (SPEC §5).
     static func error(_ status: HTTPResponse.Status, _ code: String, description: String? = nil, retryAfter: Int? = nil) -> Response {

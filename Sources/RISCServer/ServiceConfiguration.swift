@@ -21,6 +21,8 @@ public struct ServiceConfiguration: Sendable {
     public var openIDConfigurationURL: String = Self.googleOpenIDConfigurationURL
     /// The vault's bearer token; without it the vault routes do not exist.
     public var serviceToken: String?
+    /// The admin API's bearer token; without it the admin routes do not exist.
+    public var adminToken: String?
     /// Base64 AES-256 keys: the current one seals, previous ones only open (for rotation).
     public var vaultKey: String?
     public var vaultPreviousKeys: [String] = []
@@ -119,6 +121,10 @@ public struct ServiceConfiguration: Sendable {
             guard value.count >= 16 else { throw Problem("must be at least 16 characters") }
             return value
         }
+        adminToken = try variables.optional("RISC_ADMIN_TOKEN", default: nil) { value -> String? in
+            guard value.count >= 16 else { throw Problem("must be at least 16 characters") }
+            return value
+        }
         vaultKey = try variables.optional("RISC_VAULT_KEY", default: nil) { value -> String? in
             guard VaultCipher.key(base64: value) != nil else { throw Problem("must be 32 bytes in base64 (openssl rand -base64 32)") }
             return value
@@ -165,6 +171,7 @@ public struct ServiceConfiguration: Sendable {
             ("RISC_HOST", host),
             ("RISC_PORT", String(port)),
             ("RISC_ALLOWED_ALGS", allowedAlgorithms.sorted().joined(separator: ",")),
+            ("RISC_ADMIN_TOKEN", secret(adminToken)),
             ("RISC_SERVICE_TOKEN", secret(serviceToken)),
             ("RISC_VAULT_KEY", secret(vaultKey)),
             ("RISC_VAULT_PREVIOUS_KEYS", vaultPreviousKeys.isEmpty ? "<unset>" : "<redacted: \(vaultPreviousKeys.count) keys>"),

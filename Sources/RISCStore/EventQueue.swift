@@ -81,18 +81,31 @@ public struct EventQueue: Sendable {
         return result
     }
 
-    /// Makes a finished, failed or dead event runnable again (an operator's replay). Its actions are applied
-    /// again; every action is idempotent. Returns false for an unknown id or an ignored event.
-    public func replay(id: Int64) async throws -> Bool {
-        var replayed = false
+    public enum ReplayOutcome: Sendable, Equatable {
+        case replayed
+        case notFound
+        /// Ignored events (no known type) have nothing to do.
+        case ignored
+    }
+
+    /// Makes a finished, failed or dead event runnable again (an operator's replay) and wakes the workers.
+    /// Its actions are applied again; every action is idempotent.
+    public func replay(id: Int64) async throws -> ReplayOutcome {
+        var outcome = ReplayOutcome.notFound
         let rows = try await client.query(
             """
-            UPDATE risc_events SET status = 'pending', attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
-            WHERE id = \(id) AND status <> 'ignored' RETURNING id
+            WITH target AS (SELECT id, status FROM risc_events WHERE id = \(id) FOR UPDATE),
+            updated AS (
+                UPDATE risc_events e
+                SET status = 'pending', attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
+                FROM target WHERE e.id = target.id AND target.status <> 'ignored'
+                RETURNING e.id
+            )
+            SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
             """, logger: logger)
-        for try await _ in rows { replayed = true }
-        if replayed { try await client.query("SELECT pg_notify('risc_events', '')", logger: logger) }
-        return replayed
+        for try await (_, updated) in rows.decode((String, Bool).self) { outcome = updated ? .replayed : .ignored }
+        if outcome == .replayed { try await client.query("SELECT pg_notify('risc_events', '')", logger: logger) }
+        return outcome
     }
 
     private func claim(limit: Int, id: Int64?, on connection: PostgresConnection) async throws -> [Claimed] {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Logging
 
 @main
@@ -6,8 +7,31 @@ struct RiscReceiver: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "risc-receiver",
         abstract: "Receives Google Cross-Account Protection (RISC) security events and acts on them.",
-        subcommands: [Serve.self, Worker.self, Migrate.self, Config.self, Vault.self, Dev.self]
+        discussion: "Exit codes: 0 ok, 1 failure or not found, 2 usage or configuration error.",
+        subcommands: [
+            Serve.self, Worker.self, Migrate.self, Events.self, Users.self, Stats.self, Config.self, Vault.self, Dev.self,
+        ]
     )
+
+    /// ArgumentParser's usage errors exit 64; scripts are promised 2 for usage and configuration errors.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            if code == .validationFailure {
+                // Prints the usage message exactly as ArgumentParser would, then exits 2.
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+    }
 }
 
 struct Dev: AsyncParsableCommand {

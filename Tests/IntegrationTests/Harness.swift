@@ -29,9 +29,11 @@ struct Harness {
         var maxAttempts = 10
         /// Start with the transmitter's discovery documents and JWKS answering 503.
         var keysOutageAtStart = false
+        var adminToken: String? = Harness.adminToken
     }
 
     static let serviceToken = "test-service-token-0123456789"
+    static let adminToken = "test-admin-token-0123456789abcdef"
     /// 32 bytes, base64: the vault key of every test receiver.
     static let vaultKey = Data((0..<32).map { UInt8($0) }).base64EncodedString()
 
@@ -84,6 +86,7 @@ struct Harness {
             receiverConfiguration.riscConfigurationURL = transmitter.discoveryURL
             receiverConfiguration.openIDConfigurationURL = transmitter.openIDConfigurationURL
             receiverConfiguration.serviceToken = serviceToken
+            receiverConfiguration.adminToken = options.adminToken
             receiverConfiguration.vaultKey = vaultKey
             receiverConfiguration.clientSecrets = [ClientSecret(clientID: audience, clientSecret: "dev-client-secret")]
             receiverConfiguration.maxAttempts = options.maxAttempts

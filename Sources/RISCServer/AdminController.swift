@@ -1,0 +1,100 @@
+import Foundation
+import Hummingbird
+import Logging
+import RISC
+import RISCStore
+
+/// The admin API under `/admin/v1` (SPEC §6), for scripts. Every route needs
+/// `Authorization: Bearer $RISC_ADMIN_TOKEN`; without that setting the routes do not exist.
+public struct AdminController<Context: RequestContext>: Sendable {
+    let adminToken: String
+    let queries: AdminQueries
+    let queue: EventQueue
+
+    public init(adminToken: String, queries: AdminQueries, queue: EventQueue) {
+        self.adminToken = adminToken
+        self.queries = queries
+        self.queue = queue
+    }
+
+    public func addRoutes(to router: Router<Context>) {
+        let group = router.group("/admin/v1")
+        group.get("openapi.json") { request, _ in
+            self.authorized(request) { JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
+        }
+        group.get("events") { request, _ in try await self.authorized(request) { try await self.events(request) } }
+        group.get("events/:id") { request, context in
+            try await self.authorized(request) { try await self.event(context.parameters.get("id")) }
+        }
+        group.post("events/:id/replay") { request, context in
+            try await self.authorized(request) { try await self.replay(context.parameters.get("id")) }
+        }
+        group.get("users/:sub") { request, context in
+            try await self.authorized(request) { try await self.user(context.parameters.get("sub")) }
+        }
+        group.get("stats") { request, _ in try await self.authorized(request) { JSONResponse.make(status: .ok, json: try await self.queries.stats()) } }
+    }
+
+    func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
+        guard let presented = request.bearerToken, SecretComparison.equal(presented, adminToken) else {
+            return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid admin token is required")
+        }
+        return try await handler()
+    }
+
+    func authorized(_ request: Request, _ handler: () -> Response) -> Response {
+        guard let presented = request.bearerToken, SecretComparison.equal(presented, adminToken) else {
+            return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid admin token is required")
+        }
+        return handler()
+    }
+
+    func events(_ request: Request) async throws -> Response {
+        let query = request.uri.queryParameters
+        let known: Set<String> = ["status", "type", "sub", "since", "until", "limit", "cursor"]
+        if let unknown = query.map({ String($0.key) }).first(where: { !known.contains($0) }) {
+            return Self.invalid(AdminQueries.InvalidParameter(name: unknown, problem: "is not a parameter of this route"))
+        }
+        let filter: AdminQueries.EventFilter
+        do {
+            filter = try AdminQueries.EventFilter.parse(
+                status: query.get("status"), type: query.get("type"), sub: query.get("sub"), since: query.get("since"),
+                until: query.get("until"), limit: query.get("limit"), cursor: query.get("cursor"))
+        } catch {
+            return Self.invalid(error)
+        }
+        return JSONResponse.make(status: .ok, json: try await queries.events(filter))
+    }
+
+    func event(_ id: String?) async throws -> Response {
+        guard let id = id.flatMap(Int64.init) else {
+            return Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
+        }
+        guard let event = try await queries.event(id: id) else { return JSONResponse.error(.notFound, "not_found") }
+        return JSONResponse.make(status: .ok, json: event)
+    }
+
+    func replay(_ id: String?) async throws -> Response {
+        guard let id = id.flatMap(Int64.init) else {
+            return Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
+        }
+        switch try await queue.replay(id: id) {
+        case .replayed: return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": "pending"])
+        case .notFound: return JSONResponse.error(.notFound, "not_found")
+        case .ignored:
+            return JSONResponse.error(.conflict, "not_replayable", description: "the event has no known type, so nothing to do")
+        }
+    }
+
+    func user(_ sub: String?) async throws -> Response {
+        guard let sub, !sub.isEmpty else { return Self.invalid(.init(name: "sub", problem: "is required")) }
+        guard let user = try await queries.user(sub: sub) else { return JSONResponse.error(.notFound, "not_found") }
+        return JSONResponse.make(status: .ok, json: user)
+    }
+
+    static func invalid(_ error: AdminQueries.InvalidParameter) -> Response {
+        JSONResponse.make(
+            status: .badRequest,
+            json: ["error": "invalid_parameter", "parameter": .string(error.name), "description": .string(error.description)])
+    }
+}

@@ -1,0 +1,217 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+import RISCServer
+import RISCStore
+
+/// The database connection the admin commands share (DATABASE_URL, or --config FILE).
+struct AdminOptions: ParsableArguments {
+    @Flag(help: "Print the JSON object the admin HTTP API returns, instead of a table.")
+    var json = false
+
+    @OptionGroup var config: ConfigFileOption
+
+    func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminQueries, EventQueue) async throws -> T) async throws -> T {
+        let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            try ServiceConfiguration.databaseURL(from: reader)
+        }
+        let logger = Bootstrap.logger("risc-receiver.admin")
+        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        do {
+            return try await client.whileRunning(timeout: .seconds(600)) { client in
+                try await body(AdminQueries(client: client, logger: logger), EventQueue(client: client, logger: logger))
+            }
+        } catch is TimeoutError {
+            throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
+        }
+    }
+
+    func printJSON(_ value: JSONValue) {
+        print(value.serialized)
+    }
+}
+
+struct Events: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Stored events: list, show, replay.", subcommands: [EventsList.self, EventsShow.self, EventsReplay.self])
+}
+
+struct EventsList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Stored events, newest first.")
+
+    @Option(help: "pending, retry, done, ignored or dead.") var status: String?
+    @Option(help: "An event-type URI or short name (sessions-revoked, ...).") var type: String?
+    @Option(help: "The Google account sub.") var sub: String?
+    @Option(help: "Received at or after (RFC 3339).") var since: String?
+    @Option(help: "Received before (RFC 3339).") var until: String?
+    @Option(help: "Events per page (1-500).") var limit: String?
+    @Option(help: "The next cursor printed by the previous page.") var cursor: String?
+    @OptionGroup var options: AdminOptions
+
+    func validate() throws {
+        do {
+            _ = try AdminQueries.EventFilter.parse(
+                status: status, type: type, sub: sub, since: since, until: until, limit: limit, cursor: cursor)
+        } catch {
+            throw ValidationError("--\(error.description)")
+        }
+    }
+
+    func run() async throws {
+        let filter = try AdminQueries.EventFilter.parse(
+            status: status, type: type, sub: sub, since: since, until: until, limit: limit, cursor: cursor)
+        let page = try await options.withQueries { queries, _ in try await queries.events(filter) }
+        if options.json { return options.printJSON(page) }
+        print(Table.events(page["events"]?.arrayValue ?? []))
+        if let next = page["next_cursor"]?.stringValue { print("\nmore: --cursor \(next)") }
+    }
+}
+
+struct EventsShow: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "show", abstract: "One event, its claims and its actions.")
+
+    @Argument(help: "The event id.") var id: Int64
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let id = self.id
+        guard let event = try await options.withQueries({ queries, _ in try await queries.event(id: id) }) else {
+            throw Bootstrap.fail("no event \(id)")
+        }
+        if options.json { return options.printJSON(event) }
+        for key in ["id", "jti", "issuer", "type", "sub", "status", "attempts", "received_at", "issued_at", "completed_at", "run_after", "last_error"] {
+            print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(event[key]))")
+        }
+        print("claims        \(event["claims"]?.serialized ?? "")")
+        print("\nactions:")
+        print(Table.render(
+            headers: ["KIND", "SUB", "ROWS", "DETAIL", "APPLIED"],
+            rows: (event["actions"]?.arrayValue ?? []).map { action in
+                ["kind", "sub", "rows_affected", "detail", "applied_at"].map { Table.text(action[$0]) }
+            }))
+    }
+}
+
+struct EventsReplay: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay", abstract: "Run an event again (its actions are idempotent), or every dead letter with --dead.")
+
+    @Argument(help: "The event id.") var id: Int64?
+    @Flag(help: "Replay every dead event.") var dead = false
+    @OptionGroup var options: AdminOptions
+
+    func validate() throws {
+        if id != nil && dead { throw ValidationError("give an event id or --dead, not both") }
+        if id == nil && !dead { throw ValidationError("give an event id, or --dead") }
+    }
+
+    func run() async throws {
+        let id = self.id
+        let json = options.json
+        let (replayed, missing) = try await options.withQueries { queries, queue -> ([Int64], Int64?) in
+            let ids: [Int64]
+            if let id { ids = [id] } else { ids = try await queries.deadEventIDs() }
+            let progress = ProgressBar(label: "Replaying")
+            var replayed: [Int64] = []
+            for (index, id) in ids.enumerated() {
+                switch try await queue.replay(id: id) {
+                case .replayed: replayed.append(id)
+                case .notFound where ids.count == 1: return ([], id)
+                case .notFound, .ignored: break
+                }
+                if ids.count > 1 && !json { progress.update(done: index + 1, total: ids.count) }
+            }
+            if ids.count > 1 && !json { progress.finish() }
+            return (replayed, nil)
+        }
+        if let missing { throw Bootstrap.fail("no event \(missing)") }
+        if options.json { return options.printJSON(["replayed": .array(replayed.map { .number(Double($0)) })]) }
+        print("Replayed \(replayed.count) event\(replayed.count == 1 ? "" : "s").")
+    }
+}
+
+struct Users: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Users: what happened to them and why.", subcommands: [UsersShow.self])
+}
+
+struct UsersShow: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show", abstract: "A user's account state, flags, sessions, grants and recent events.")
+
+    @Argument(help: "The Google account sub.") var sub: String
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let sub = self.sub
+        guard let user = try await options.withQueries({ queries, _ in try await queries.user(sub: sub) }) else {
+            throw Bootstrap.fail("no user \(sub)")
+        }
+        if options.json { return options.printJSON(user) }
+        print("sub           \(sub)")
+        if let account = user["account"]?.objectValue {
+            for key in account.keys.sorted() { print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(account[key]))") }
+        } else {
+            print("account       (never signed in)")
+        }
+        print("flags         \((user["flags"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", "))")
+        for kind in ["sessions", "grants"] {
+            print("\(kind.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(user[kind]?["active"])) active, \(Table.text(user[kind]?["revoked"])) revoked")
+        }
+        print("\nrecent events:")
+        print(Table.events(user["recent_events"]?.arrayValue ?? []))
+    }
+}
+
+struct Stats: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Counts by status and type, queue depth, oldest pending, dead letters.")
+
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let stats = try await options.withQueries { queries, _ in try await queries.stats() }
+        if options.json { return options.printJSON(stats) }
+        print("queue depth   \(Table.text(stats["queue_depth"]))")
+        print("oldest        \(Table.text(stats["oldest_pending_age_seconds"])) s")
+        print("dead          \(Table.text(stats["dead"]))\n")
+        let byStatus = stats["by_status"]?.objectValue ?? [:]
+        print(Table.render(headers: ["STATUS", "EVENTS"], rows: byStatus.keys.sorted().map { [$0, Table.text(byStatus[$0])] }))
+        print()
+        let byType = stats["by_type"]?.objectValue ?? [:]
+        print(Table.render(headers: ["TYPE", "EVENTS"], rows: byType.keys.sorted().map { [$0, Table.text(byType[$0])] }))
+    }
+}
+
+/// Plain aligned columns: no colours or other escape sequences, so output is the same on a terminal or a pipe.
+enum Table {
+    static func render(headers: [String], rows: [[String]]) -> String {
+        var widths = headers.map(\.count)
+        for row in rows {
+            for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) }
+        }
+        func line(_ cells: [String]) -> String {
+            cells.enumerated().map { index, cell in
+                index == cells.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }
+        return ([line(headers)] + rows.map(line)).joined(separator: "\n")
+    }
+
+    static func events(_ events: [JSONValue]) -> String {
+        if events.isEmpty { return "(no events)" }
+        return render(
+            headers: ["ID", "RECEIVED", "TYPE", "STATUS", "ATTEMPTS", "SUB"],
+            rows: events.map { event in ["id", "received_at", "type_name", "status", "attempts", "sub"].map { text(event[$0]) } })
+    }
+
+    static func text(_ value: JSONValue?) -> String {
+        switch value {
+        case .string(let string)?: string
+        case .number(let number)?: number == number.rounded() && abs(number) < 1e15 ? String(Int64(number)) : String(number)
+        case .bool(let bool)?: String(bool)
+        case .null?, nil: "-"
+        case let other?: other.serialized
+        }
+    }
+}

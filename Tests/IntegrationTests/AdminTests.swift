@@ -1,0 +1,252 @@
+import Foundation
+import NIOHTTP1
+import PostgresNIO
+import RISC
+import RISCServer
+import Testing
+
+@Suite("Admin API and CLI")
+struct AdminTests {
+    static var options: Harness.Options {
+        var options = Harness.Options()
+        options.worker = true
+        options.maxAttempts = 1
+        return options
+    }
+
+    func admin(_ harness: Harness, _ path: String, method: NIOHTTP1.HTTPMethod = .GET) async throws -> Harness.Reply {
+        try await harness.call(method, path, bearer: Harness.adminToken)
+    }
+
+    @Test("No token, a wrong token and a one-byte-different token are 401; without RISC_ADMIN_TOKEN the routes do not exist")
+    func authentication() async throws {
+        try await Harness.with { harness in
+            var oneByteOff = Array(Harness.adminToken.utf8)
+            oneByteOff[5] ^= 1
+            for bearer in [nil, "wrong", String(decoding: oneByteOff, as: UTF8.self)] {
+                for path in ["/admin/v1/stats", "/admin/v1/events", "/admin/v1/openapi.json"] {
+                    let reply = try await harness.call(.GET, path, bearer: bearer)
+                    #expect(reply.status == 401, "\(path) with \(bearer ?? "no token")")
+                }
+            }
+            #expect(try await admin(harness, "/admin/v1/stats").status == 200)
+        }
+        var unset = Harness.Options()
+        unset.adminToken = nil
+        try await Harness.with(unset) { harness in
+            let reply = try await harness.call(.GET, "/admin/v1/stats", bearer: Harness.adminToken)
+            #expect(reply.status == 404)
+        }
+    }
+
+    @Test("Every filter, bad parameters named, and pagination that stays stable while events arrive")
+    func filtersAndPagination() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = "admin-\(UUID().uuidString)"
+            let start = Date().addingTimeInterval(-1)
+            let revoked = try await harness.sendAndWait("sessions-revoked", sub: sub)
+            try await harness.sendAndWait("account-disabled", sub: sub)
+            try await harness.sendAndWait("account-enabled", sub: sub)
+
+            func jtis(_ query: String) async throws -> [String] {
+                let reply = try await admin(harness, "/admin/v1/events?\(query)")
+                #expect(reply.status == 200, "\(query): \(reply.body)")
+                return (reply.json["events"]?.arrayValue ?? []).compactMap { $0["jti"]?.stringValue }
+            }
+            #expect(try await jtis("sub=\(sub)").count == 3)
+            #expect(try await jtis("sub=\(sub)&type=sessions-revoked") == [revoked])
+            #expect(try await jtis("sub=\(sub)&type=\(EventType.sessionsRevoked.rawValue)") == [revoked])
+            #expect(try await jtis("sub=\(sub)&status=done").count == 3)
+            #expect(try await jtis("sub=\(sub)&status=pending").isEmpty)
+            let since = ISO8601DateFormatter().string(from: start)
+            #expect(try await jtis("sub=\(sub)&since=\(since)").count == 3)
+            #expect(try await jtis("sub=\(sub)&until=\(since)").isEmpty)
+
+            for (query, parameter) in [
+                ("status=finished", "status"), ("type=not-a-type", "type"), ("since=yesterday", "since"), ("until=2026-13-01", "until"),
+                ("limit=0", "limit"), ("limit=many", "limit"), ("cursor=bogus", "cursor"), ("colour=blue", "colour"),
+            ] {
+                let reply = try await admin(harness, "/admin/v1/events?\(query)")
+                #expect(reply.status == 400, "\(query)")
+                #expect(reply.json["error"] == "invalid_parameter")
+                #expect(reply.json["parameter"]?.stringValue == parameter, "\(query): \(reply.body)")
+            }
+            #expect(try await admin(harness, "/admin/v1/events/abc").json["parameter"] == "id")
+
+            // Pagination: 25 events for one user, read 10 at a time while more arrive between pages.
+            let paged = "paged-\(UUID().uuidString)"
+            var sent = Set<String>()
+            for _ in 0..<25 { sent.insert(try await harness.send("verification", sub: nil) { $0.sub = paged; $0.type = "sessions-revoked" }) }
+            var seen: [String] = []
+            var cursor: String?
+            var pages = 0
+            repeat {
+                let reply = try await admin(harness, "/admin/v1/events?sub=\(paged)&limit=10" + (cursor.map { "&cursor=\($0)" } ?? ""))
+                seen += (reply.json["events"]?.arrayValue ?? []).compactMap { $0["jti"]?.stringValue }
+                cursor = reply.json["next_cursor"]?.stringValue
+                pages += 1
+                _ = try await harness.send("sessions-revoked", sub: paged)  // arrives mid-listing
+            } while cursor != nil && pages < 10
+            #expect(pages == 3)
+            #expect(Set(seen).count == seen.count, "a page repeated an event")
+            #expect(sent.isSubset(of: Set(seen)), "an event present before the listing was skipped")
+        }
+    }
+
+    @Test("Event detail, the user view, stats, and a dead event replayed to completion")
+    func detailUserStatsReplay() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = "view-\(UUID().uuidString)"
+            let session = try await harness.newSession(sub: sub)
+            _ = try await harness.storeGrant(sub: sub, refreshToken: "1//view-\(UUID().uuidString)")
+            let jti = try await harness.sendAndWait("tokens-revoked", sub: sub)
+            #expect(try await harness.checkSession(session).status == 401)
+
+            let list = try await admin(harness, "/admin/v1/events?sub=\(sub)")
+            let id = try #require(list.json["events"]?.arrayValue?.first?["id"])
+            let detail = try await admin(harness, "/admin/v1/events/\(Table.number(id))")
+            #expect(detail.json["jti"]?.stringValue == jti)
+            #expect(detail.json["claims"]?["jti"]?.stringValue == jti)
+            #expect(!detail.body.contains(".ey"), "the detail holds a compact JWS")
+            #expect(detail.json["actions"]?.arrayValue?.compactMap { $0["kind"]?.stringValue } == ["revoke_sessions", "delete_grants"])
+
+            let user = try await admin(harness, "/admin/v1/users/\(sub)")
+            #expect(user.status == 200)
+            #expect(user.json["sessions"] == ["active": 0, "revoked": 1])
+            #expect(user.json["grants"] == ["active": 0, "revoked": 1])
+            #expect(user.json["recent_events"]?.arrayValue?.count == 1)
+            #expect(try await admin(harness, "/admin/v1/users/nobody-\(UUID().uuidString)").status == 404)
+            #expect(try await admin(harness, "/admin/v1/events/999999999").status == 404)
+
+            // A dead letter: an event the worker cannot decode fails its one attempt.
+            let broken = "broken-\(UUID().uuidString)"
+            for try await _ in try await harness.database.query(
+                """
+                INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
+                VALUES ('https://transmitter.test/', \(broken), ARRAY['x'], \(sub), '[{"no": "type"}]', '{}', now()) RETURNING id
+                """) {}
+            #expect(try await harness.waitUntilProcessed(jti: broken) == "dead")
+            let stats = try await admin(harness, "/admin/v1/stats")
+            #expect(stats.status == 200)
+            #expect((stats.json["dead"]?.number ?? 0) >= 1)
+            let deadID = try #require(try await admin(harness, "/admin/v1/events?sub=\(sub)&status=dead").json["events"]?.arrayValue?.first?["id"])
+            for try await _ in try await harness.database.query(
+                """
+                UPDATE risc_events SET events = '[{"type": "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
+                  "subject": {"format": "iss_sub", "iss": "x", "sub": "\(unescaped: sub)"}}]' WHERE jti = \(broken) RETURNING id
+                """) {}
+            let replay = try await admin(harness, "/admin/v1/events/\(Table.number(deadID))/replay", method: .POST)
+            #expect(replay.status == 202)
+            #expect(try await harness.waitUntilProcessed(jti: broken) == "done")
+            #expect(try await admin(harness, "/admin/v1/events/999999999/replay", method: .POST).status == 404)
+        }
+    }
+
+    @Test("The CLI prints the same objects as the API with --json, plain tables otherwise, and exits 0, 1 or 2")
+    func cli() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = "cli-\(UUID().uuidString)"
+            try await harness.sendAndWait("sessions-revoked", sub: sub)
+            try await harness.sendAndWait("account-disabled", sub: sub)
+            let environment = ["DATABASE_URL": Harness.environment("RISC_TEST_DATABASE_URL"), "LOG_LEVEL": "warning"]
+
+            let list = try await runRiscReceiver(["events", "list", "--sub", sub, "--json"], environment: environment)
+            #expect(list.status == 0, "\(list.output)")
+            let api = try await admin(harness, "/admin/v1/events?sub=\(sub)")
+            #expect(try JSONValue.parse(Data(list.output.utf8)) == api.json.asValue)
+
+            let user = try await runRiscReceiver(["users", "show", sub, "--json"], environment: environment)
+            #expect(try JSONValue.parse(Data(user.output.utf8)) == (try await admin(harness, "/admin/v1/users/\(sub)")).json.asValue)
+
+            let id = try #require(api.json["events"]?.arrayValue?.first?["id"])
+            let show = try await runRiscReceiver(["events", "show", Table.number(id), "--json"], environment: environment)
+            #expect(try JSONValue.parse(Data(show.output.utf8)) == (try await admin(harness, "/admin/v1/events/\(Table.number(id))")).json.asValue)
+
+            for arguments in [["events", "list", "--sub", sub], ["users", "show", sub], ["stats"], ["events", "show", Table.number(id)]] {
+                let table = try await runRiscReceiver(arguments, environment: environment)
+                #expect(table.status == 0, "\(arguments): \(table.output)")
+                #expect(!table.output.contains("\u{1B}") && !table.output.contains("\r"), "escape sequences when piped: \(arguments)")
+            }
+            #expect(try await runRiscReceiver(["users", "show", "nobody-\(UUID().uuidString)"], environment: environment).status == 1)
+            #expect(try await runRiscReceiver(["events", "show", "999999999"], environment: environment).status == 1)
+            #expect(try await runRiscReceiver(["events", "replay", "999999999"], environment: environment).status == 1)
+            #expect(try await runRiscReceiver(["events", "list", "--status", "finished"], environment: environment).status == 2)
+            #expect(try await runRiscReceiver(["events", "replay"], environment: environment).status == 2)
+            #expect(try await runRiscReceiver(["stats"], environment: [:]).status == 2)
+        }
+    }
+
+    @Test("The OpenAPI document is valid, is served as committed, and the live responses match it")
+    func openAPI() async throws {
+        try await Harness.with(Self.options) { harness in
+            let committedPath = Harness.repositoryRoot.appendingPathComponent("Sources/RISCServer/Resources/admin-openapi.json").path
+            let committed = try JSONValue.parse(try Data(contentsOf: URL(fileURLWithPath: committedPath)))
+            let served = try await admin(harness, "/admin/v1/openapi.json")
+            #expect(served.json.asValue == committed)
+
+            let sub = "openapi-\(UUID().uuidString)"
+            _ = try await harness.newSession(sub: sub)
+            try await harness.sendAndWait("account-disabled", sub: sub) { $0.reason = "hijacking" }
+            let id = Table.number(try #require(try await admin(harness, "/admin/v1/events?sub=\(sub)").json["events"]?.arrayValue?.first?["id"]))
+            var responses: [JSONValue] = []
+            for (method, path, template) in [
+                (NIOHTTP1.HTTPMethod.GET, "/admin/v1/events?sub=\(sub)&limit=1", "/admin/v1/events"),
+                (.GET, "/admin/v1/events?limit=2", "/admin/v1/events"),
+                (.GET, "/admin/v1/events?status=nope", "/admin/v1/events"),
+                (.GET, "/admin/v1/events/\(id)", "/admin/v1/events/{id}"),
+                (.GET, "/admin/v1/events/999999999", "/admin/v1/events/{id}"),
+                (.POST, "/admin/v1/events/\(id)/replay", "/admin/v1/events/{id}/replay"),
+                (.GET, "/admin/v1/users/\(sub)", "/admin/v1/users/{sub}"),
+                (.GET, "/admin/v1/users/nobody", "/admin/v1/users/{sub}"),
+                (.GET, "/admin/v1/stats", "/admin/v1/stats"),
+            ] {
+                let reply = try await admin(harness, path, method: method)
+                responses.append([
+                    "method": .string(method.rawValue), "path": .string(template), "status": .number(Double(reply.status)),
+                    "body": reply.json.asValue,
+                ])
+            }
+            let unauthorized = try await harness.call(.GET, "/admin/v1/stats", bearer: "wrong")
+            responses.append(["method": "GET", "path": "/admin/v1/stats", "status": 401, "body": unauthorized.json.asValue])
+
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("responses-\(UUID().uuidString).json").path
+            let log = file + ".log"
+            FileManager.default.createFile(atPath: file, contents: Data(JSONValue.array(responses).serialized.utf8))
+            defer {
+                try? FileManager.default.removeItem(atPath: file)
+                try? FileManager.default.removeItem(atPath: log)
+            }
+            let script = Harness.repositoryRoot.appendingPathComponent("scripts/check-openapi.py").path
+            let status = try await ChildProcess.spawn("/usr/bin/env", ["python3", script, committedPath, file], outputFile: log).wait()
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(status == 0, "\(output)")
+            #expect(output.contains("10 responses match"), "\(output)")
+        }
+    }
+}
+
+extension Dictionary where Key == String, Value == JSONValue {
+    var asValue: JSONValue { .object(self) }
+}
+
+extension JSONValue {
+    var number: Double? {
+        if case .number(let value) = self { return value }
+        return nil
+    }
+}
+
+extension Table {
+    static func number(_ value: JSONValue) -> String { text(value) }
+}
+
+/// The CLI's table helper, mirrored here for formatting ids in test URLs.
+enum Table {
+    static func text(_ value: JSONValue?) -> String {
+        switch value {
+        case .number(let number)?: String(Int64(number))
+        case .string(let string)?: string
+        default: "-"
+        }
+    }
+}
