@@ -85,7 +85,7 @@ let package = Package(
         .target(
             name: "DevTransmitter",
             dependencies: [
-                "RISC",
+                "RISC", "RISCKeys",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -39,10 +39,12 @@ public final class DevTransmitter: Sendable {
     /// While true, the discovery document and JWKS answer 503 (to test a transmitter outage).
     let keysOutage = Atomic<Bool>(false)
     let oauth = DevOAuthState()
+    let management: DevManagementAPI
 
     public init(settings: Settings, httpClient: HTTPClient = .shared, logger: Logger) async throws {
         self.settings = settings
         self.keys = try await SigningKeys()
+        self.management = try DevManagementAPI()
         self.httpClient = httpClient
         self.logger = logger
     }
@@ -136,6 +138,7 @@ public final class DevTransmitter: Sendable {
 
     func addRoutes(to router: Router<BasicRequestContext>) {
         addOpenIDRoutes(to: router)
+        addManagementRoutes(to: router)
         router.get("/.well-known/risc-configuration") { _, _ in
             guard !self.keysOutage.load(ordering: .relaxed) else { return Response(status: .serviceUnavailable) }
             return Self.json([

@@ -79,6 +79,21 @@ public struct ServiceConfiguration: Sendable {
         }
     }
 
+    /// What the `stream` commands need: the service-account key and the management API's base URL.
+    public static func management(from reader: ConfigReader) throws(Invalid) -> (key: ServiceAccountKey, baseURL: String) {
+        let variables = VariableReader(reader)
+        let key = try variables.required("GOOGLE_SERVICE_ACCOUNT_FILE") { path in
+            guard let data = FileManager.default.contents(atPath: path) else { throw Problem("cannot read \(path)") }
+            do {
+                return try ServiceAccountKey(json: data)
+            } catch {
+                throw Problem("\(path) is not a usable service-account key file: \(error)")
+            }
+        }
+        let baseURL = try variables.optional("RISC_MANAGEMENT_URL", default: RISCManagement.defaultBaseURL) { try Self.httpURL($0) }
+        return (key, baseURL)
+    }
+
     /// The worker's setting: attempts before an event is dead-lettered.
     public static func maxAttempts(from reader: ConfigReader) throws(Invalid) -> Int {
         try VariableReader(reader).optional("RISC_MAX_ATTEMPTS", default: 10) { value in

@@ -26,15 +26,19 @@ struct DevTransmitterCommand: AsyncParsableCommand {
     @Option(help: "Write a Google-style client-secret JSON file here (for GOOGLE_CLIENT_SECRET_FILES).")
     var writeClientSecret: String?
 
+    @Option(help: "Write the service-account key file its fake management API accepts (for GOOGLE_SERVICE_ACCOUNT_FILE).")
+    var writeServiceAccount: String?
+
     func run() async throws {
         let logger = Bootstrap.logger("risc-receiver.dev-transmitter")
         let transmitter = try await DevTransmitter(
             settings: .init(port: port, receiverURL: receiver, audience: audience, clientSecret: clientSecret), logger: logger)
         let app = transmitter.makeApplication { port in
-            if let path = writeClientSecret {
-                let data = Data(transmitter.clientSecretFile().serialized.utf8)
+            for (path, contents) in [(writeClientSecret, transmitter.clientSecretFile()), (writeServiceAccount, transmitter.serviceAccountFile())] {
+                guard let path else { continue }
+                let data = Data(contents.serialized.utf8)
                 guard FileManager.default.createFile(atPath: path, contents: data, attributes: [.posixPermissions: 0o600]) else {
-                    logger.error("Cannot write the client-secret file", metadata: ["path": "\(path)"])
+                    logger.error("Cannot write a key file", metadata: ["path": "\(path)"])
                     return
                 }
             }

@@ -9,7 +9,7 @@ struct RiscReceiver: AsyncParsableCommand {
         abstract: "Receives Google Cross-Account Protection (RISC) security events and acts on them.",
         discussion: "Exit codes: 0 ok, 1 failure or not found, 2 usage or configuration error.",
         subcommands: [
-            Serve.self, Worker.self, Migrate.self, Events.self, Users.self, Stats.self, Config.self, Vault.self, Dev.self,
+            Serve.self, Worker.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Config.self, Vault.self, Dev.self,
         ]
     )
 

@@ -1,0 +1,170 @@
+import ArgumentParser
+import Foundation
+import PostgresNIO
+import RISC
+import RISCKeys
+import RISCServer
+import RISCStore
+
+/// Registering the webhook with Google's RISC management API (SPEC §6).
+struct StreamCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stream",
+        abstract: "Register and check the webhook with Google's RISC management API (GOOGLE_SERVICE_ACCOUNT_FILE).",
+        subcommands: [StreamGet.self, StreamUpdate.self, StreamEnable.self, StreamDisable.self, StreamStatus.self, StreamVerify.self])
+}
+
+struct StreamOptions: ParsableArguments {
+    @OptionGroup var config: ConfigFileOption
+
+    func client() async throws -> (RISCManagement, baseURL: String) {
+        let (key, baseURL) = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            try ServiceConfiguration.management(from: reader)
+        }
+        return (RISCManagement(baseURL: baseURL, key: key), baseURL)
+    }
+
+    func run<T>(_ call: () async throws(RISCManagement.Failure) -> T) async throws -> T {
+        do {
+            return try await call()
+        } catch {
+            throw Bootstrap.fail(error.description)
+        }
+    }
+}
+
+struct StreamGet: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "get", abstract: "Print the stream's configuration (JSON).")
+    @OptionGroup var options: StreamOptions
+
+    func run() async throws {
+        let (management, _) = try await options.client()
+        print(try await options.run { () async throws(RISCManagement.Failure) in try await management.stream() }.serialized)
+    }
+}
+
+struct StreamUpdate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.")
+
+    @Option(help: "The receiver's public HTTPS URL, ending in /risc/events.")
+    var url: String
+
+    @Option(parsing: .upToNextOption, help: "Event types (URIs or short names); default: every type of SPEC §3 and verification.")
+    var events: [String] = []
+
+    @OptionGroup var options: StreamOptions
+
+    func validate() throws {
+        for event in events where EventType(uriOrShortName: event) == nil && !event.hasPrefix("https://") {
+            throw ValidationError("--events: '\(event)' is not an event type")
+        }
+    }
+
+    func run() async throws {
+        let (management, baseURL) = try await options.client()
+        // Refused before Google is called: Google only delivers to HTTPS. The one exception is a loopback URL
+        // while talking to the loopback development transmitter, so the round trip can be rehearsed locally.
+        guard let parsed = URL(string: url), let host = parsed.host, parsed.scheme == "https" || (parsed.scheme == "http" && Self.isLoopback(host) && Self.isLoopback(URL(string: baseURL)?.host ?? ""))
+        else {
+            throw Bootstrap.fail("--url must be an https:// URL (Google only delivers to HTTPS): \(url)", code: 2)
+        }
+        let types = events.isEmpty
+            ? EventType.googleRISCTypes.map(\.rawValue) : events.map { EventType(uriOrShortName: $0)?.rawValue ?? $0 }
+        try await options.run { () async throws(RISCManagement.Failure) in try await management.update(url: url, events: types) }
+        print("Stream updated: \(url) (\(types.count) event types).")
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host.lowercased())
+    }
+}
+
+struct StreamEnable: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "enable", abstract: "Let Google deliver events.")
+    @OptionGroup var options: StreamOptions
+
+    func run() async throws {
+        let (management, _) = try await options.client()
+        try await options.run { () async throws(RISCManagement.Failure) in try await management.setStatus(enabled: true) }
+        print("Stream enabled.")
+    }
+}
+
+struct StreamDisable: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).")
+    @OptionGroup var options: StreamOptions
+
+    func run() async throws {
+        let (management, _) = try await options.client()
+        try await options.run { () async throws(RISCManagement.Failure) in try await management.setStatus(enabled: false) }
+        print("Stream disabled.")
+    }
+}
+
+struct StreamStatus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Print enabled or disabled.")
+    @OptionGroup var options: StreamOptions
+
+    func run() async throws {
+        let (management, _) = try await options.client()
+        let status = try await options.run { () async throws(RISCManagement.Failure) in try await management.status() }
+        print(status["status"]?.stringValue ?? status.serialized)
+    }
+}
+
+struct StreamVerify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Ask Google to send a verification SET; with --wait, wait until it is stored (needs DATABASE_URL).")
+
+    @Option(help: "The state the verification SET echoes (default: a fresh random one).")
+    var state: String?
+
+    @Option(help: "Seconds to wait for the SET to arrive in the database.")
+    var wait: Double?
+
+    @OptionGroup var options: StreamOptions
+
+    func validate() throws {
+        if let wait, !(wait > 0 && wait <= 3600) { throw ValidationError("--wait must be 1 to 3600 seconds") }
+    }
+
+    func run() async throws {
+        let (management, _) = try await options.client()
+        let state = self.state ?? "risc-verify-\(UUID().uuidString.lowercased())"
+        let databaseURL: String? =
+            wait == nil
+            ? nil
+            : try await Bootstrap.configuration(file: options.config.file) { reader throws(ServiceConfiguration.Invalid) in
+                try ServiceConfiguration.databaseURL(from: reader)
+            }
+        let requested = ContinuousClock.now
+        try await options.run { () async throws(RISCManagement.Failure) in try await management.verify(state: state) }
+        print("Verification requested (state \(state)).")
+        guard let wait, let databaseURL else { return }
+
+        let logger = Bootstrap.logger("risc-receiver.stream")
+        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        let deadline = requested + .milliseconds(Int(wait * 1000))
+        let received = try await client.whileRunning(timeout: .seconds(Int64(wait) + 30)) { client -> Bool in
+            let types = [EventType.verification.rawValue, EventType.ssfVerification.rawValue]
+            while ContinuousClock.now < deadline {
+                let rows = try await client.query(
+                    """
+                    SELECT 1 FROM risc_events
+                    WHERE event_types && \(types) AND events @> \(JSONValue.array([["state": .string(state)]]).serialized)::jsonb
+                    LIMIT 1
+                    """, logger: logger)
+                for try await _ in rows { return true }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            return false
+        }
+        guard received else { throw Bootstrap.fail("no verification SET with state \(state) arrived within \(wait) s") }
+        let delay = ContinuousClock.now - requested
+        let milliseconds = Double(delay.components.seconds) * 1000 + Double(delay.components.attoseconds) / 1e15
+        print("Verification SET received and stored after \(String(format: "%.0f", milliseconds)) ms.")
+    }
+}
