@@ -9,8 +9,8 @@ connections=${1:-64}
 seconds=${2:-10}
 latency_rate=${3:-5000}
 threads=2
-# Enough unique SETs for a throughput run at up to 12,000/s and a paced run.
-max_tokens=${RISC_BENCH_TOKENS_MAX:-$(( (12000 + latency_rate * 3 / 2) * seconds ))}
+# Enough unique SETs for a throughput run at up to 16,000/s and a paced run (the run reports any reuse).
+max_tokens=${RISC_BENCH_TOKENS_MAX:-$(( (16000 + latency_rate * 3 / 2) * seconds ))}
 
 . scripts/bench-lib.sh
 # The receiver alone: the worker, which would act on the 100,000 queued events meanwhile, has its own

@@ -45,16 +45,28 @@ export RISC_HOST=127.0.0.1 RISC_PORT
 umask 077
 [ -s "$state/service-token" ] || head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$state/service-token"
 [ -s "$state/vault-key" ] || head -c 32 /dev/urandom | base64 >"$state/vault-key"
-umask 022
+[ -s "$state/admin-token" ] || head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$state/admin-token"
 RISC_SERVICE_TOKEN=$(cat "$state/service-token")
 RISC_VAULT_KEY=$(cat "$state/vault-key")
-export RISC_SERVICE_TOKEN RISC_VAULT_KEY
+RISC_ADMIN_TOKEN=$(cat "$state/admin-token")
+export RISC_SERVICE_TOKEN RISC_VAULT_KEY RISC_ADMIN_TOKEN
 export GOOGLE_CLIENT_SECRET_FILES="$state/client_secret.json"
+export GOOGLE_SERVICE_ACCOUNT_FILE="$state/service-account.json"
+export RISC_MANAGEMENT_URL="http://127.0.0.1:$TRANSMITTER_PORT/v1beta"
+# The settings the admin and stream commands need, for another terminal: set -a; . .local/env; set +a
+cat >"$state/env" <<ENV
+DATABASE_URL=$DATABASE_URL
+RISC_ADMIN_TOKEN=$RISC_ADMIN_TOKEN
+GOOGLE_SERVICE_ACCOUNT_FILE=$GOOGLE_SERVICE_ACCOUNT_FILE
+RISC_MANAGEMENT_URL=$RISC_MANAGEMENT_URL
+ENV
+umask 022
 
 "$bin" migrate
 rm -f "$GOOGLE_CLIENT_SECRET_FILES"
 "$bin" dev transmitter --port "$TRANSMITTER_PORT" --audience "$CLIENT_ID" \
   --receiver "http://127.0.0.1:$RISC_PORT/risc/events" --write-client-secret "$GOOGLE_CLIENT_SECRET_FILES" \
+  --write-service-account "$GOOGLE_SERVICE_ACCOUNT_FILE" \
   2>"$state/transmitter.log" &
 transmitter_pid=$!
 # The server reads the client-secret file at start-up: wait for the transmitter to write it.
@@ -78,9 +90,15 @@ From another terminal (the worker runs inside the server):
   $bin dev send token-revoked --token 1//0gLocalRefreshToken123 --alg hash
   $bin dev send account-disabled --sub 42        # sign-in now answers 403 account_disabled
   $bin dev send account-enabled --sub 42
-See what was stored and done:
-  psql "$DATABASE_URL" -c 'SELECT id, jti, event_types, subject_sub, status FROM risc_events ORDER BY id DESC LIMIT 5'
-  psql "$DATABASE_URL" -c 'SELECT event_id, kind, rows_affected, detail FROM risc_event_actions ORDER BY id DESC LIMIT 5'
+See what was stored and done (the admin commands read .local/env):
+  set -a; . .local/env; set +a
+  $bin users show 42          # account state, flags, sessions, grants, recent events (--json for scripts)
+  $bin events list --sub 42
+  $bin stats
+  curl -s -H "Authorization: Bearer \$RISC_ADMIN_TOKEN" http://127.0.0.1:$RISC_PORT/admin/v1/users/42
+Register the webhook with the transmitter's fake management API, and prove the round trip:
+  $bin stream update --url http://127.0.0.1:$RISC_PORT/risc/events
+  $bin stream verify --wait 10
 
 TXT
 "$bin" serve

@@ -61,7 +61,10 @@ struct OperationsTests {
     @Test("No token or secret reaches the logs, through every endpoint, at trace level in JSON")
     func logsHoldNoSecrets() async throws {
         try await ServeProcess.with(environment: ["LOG_LEVEL": "trace", "LOG_FORMAT": "json"]) { serve, transmitter in
-            var secrets: [String: String] = ["service token": Harness.serviceToken, "vault key": Harness.vaultKey, "client secret": "dev-client-secret"]
+            var secrets: [String: String] = [
+                "service token": Harness.serviceToken, "vault key": Harness.vaultKey, "client secret": "dev-client-secret",
+                "admin token": Harness.adminToken,
+            ]
             let sub = "logs-\(UUID().uuidString)"
             let client = Client(base: serve.url)
 
@@ -116,6 +119,8 @@ struct OperationsTests {
             secrets["refreshed access token"] = try #require(refreshed.json["access_token"]?.stringValue)
             #expect(try await client.send(.DELETE, "/v1/grants/\(grant)", bearer: Harness.serviceToken).status == 204)
             #expect(try await client.send(.DELETE, "/v1/session", bearer: session).status == 204)
+            #expect(try await client.send(.GET, "/admin/v1/users/\(sub)", bearer: Harness.adminToken).status == 200)
+            #expect(try await client.send(.GET, "/admin/v1/stats", bearer: "wrong-\(Harness.adminToken)").status == 401)
             // Give the worker a moment to act on the SET, so its lines are in the log too.
             try await Task.sleep(for: .milliseconds(500))
 

@@ -57,6 +57,7 @@ struct ServeProcess {
                 "RISC_PORT": String(port), "RISC_CONFIGURATION_URL": transmitter.discoveryURL,
                 "GOOGLE_OPENID_CONFIGURATION_URL": transmitter.openIDConfigurationURL,
                 "RISC_SERVICE_TOKEN": Harness.serviceToken, "RISC_VAULT_KEY": Harness.vaultKey,
+                "RISC_ADMIN_TOKEN": Harness.adminToken,
                 "GOOGLE_CLIENT_SECRET_FILES": secretFile, "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
                 "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path,
             ]
