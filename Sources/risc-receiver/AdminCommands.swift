@@ -149,15 +149,16 @@ struct UsersShow: AsyncParsableCommand {
             throw Bootstrap.fail("no user \(sub)")
         }
         if options.json { return options.printJSON(user) }
-        print("sub           \(sub)")
+        func line(_ key: String, _ value: String) { print("\(key.padding(toLength: 19, withPad: " ", startingAt: 0)) \(value)") }
+        line("sub", sub)
         if let account = user["account"]?.objectValue {
-            for key in account.keys.sorted() { print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(account[key]))") }
+            for key in account.keys.sorted() { line(key, Table.text(account[key])) }
         } else {
-            print("account       (never signed in)")
+            line("account", "(never signed in)")
         }
-        print("flags         \((user["flags"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", "))")
+        line("flags", (user["flags"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", "))
         for kind in ["sessions", "grants"] {
-            print("\(kind.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(user[kind]?["active"])) active, \(Table.text(user[kind]?["revoked"])) revoked")
+            line(kind, "\(Table.text(user[kind]?["active"])) active, \(Table.text(user[kind]?["revoked"])) revoked")
         }
         print("\nrecent events:")
         print(Table.events(user["recent_events"]?.arrayValue ?? []))
