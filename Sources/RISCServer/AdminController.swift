@@ -20,7 +20,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
     public func addRoutes(to router: Router<Context>) {
         let group = router.group("/admin/v1")
         group.get("openapi.json") { request, _ in
-            self.authorized(request) { JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
+            try await self.authorized(request) { JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
         }
         group.get("events") { request, _ in try await self.authorized(request) { try await self.events(request) } }
         group.get("events/:id") { request, context in
@@ -36,17 +36,10 @@ public struct AdminController<Context: RequestContext>: Sendable {
     }
 
     func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
-        guard let presented = request.bearerToken, SecretComparison.equal(presented, adminToken) else {
+        guard request.presents(bearer: adminToken) else {
             return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid admin token is required")
         }
         return try await handler()
-    }
-
-    func authorized(_ request: Request, _ handler: () -> Response) -> Response {
-        guard let presented = request.bearerToken, SecretComparison.equal(presented, adminToken) else {
-            return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid admin token is required")
-        }
-        return handler()
     }
 
     func events(_ request: Request) async throws -> Response {

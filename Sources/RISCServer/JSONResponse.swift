@@ -34,6 +34,12 @@ enum JSONResponse {
 }
 
 extension Request {
+    /// Whether the request carries `Authorization: Bearer <secret>`, compared in constant time.
+    func presents(bearer secret: String) -> Bool {
+        guard let presented = bearerToken else { return false }
+        return SecretComparison.equal(presented, secret)
+    }
+
     /// The token of an `Authorization: Bearer` header.
     var bearerToken: String? {
         guard let value = headers[.authorization] else { return nil }

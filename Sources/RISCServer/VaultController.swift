@@ -33,7 +33,7 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
-        guard let presented = request.bearerToken, SecretComparison.equal(presented, serviceToken) else {
+        guard request.presents(bearer: serviceToken) else {
             return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid service token is required")
         }
         return try await handler()
