@@ -106,9 +106,9 @@ public struct KeyWarmup: Service {
                 if allLoaded { break }
                 try await Task.sleep(for: .seconds(5))
             }
-            // Nothing more to do; stay up until shutdown like every other service.
-            try await Task.sleep(for: .seconds(365 * 24 * 3600))
         }
+        // Nothing more to do; a service that returns early would stop the group, so wait for shutdown.
+        try? await gracefulShutdown()
     }
 }
 

@@ -90,7 +90,14 @@ public struct ServiceConfiguration: Sendable {
                 throw Problem("\(path) is not a usable service-account key file: \(error)")
             }
         }
-        let baseURL = try variables.optional("RISC_MANAGEMENT_URL", default: RISCManagement.defaultBaseURL) { try Self.httpURL($0) }
+        let baseURL = try variables.optional("RISC_MANAGEMENT_URL", default: RISCManagement.defaultBaseURL) { value in
+            // The service-account JWT grants RISC admin rights for an hour: never send it in the clear,
+            // except to a development transmitter on loopback.
+            guard let url = URL(string: value), let host = url.host,
+                url.scheme == "https" || (url.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(host.lowercased()))
+            else { throw Problem("must be an https:// URL (http:// only on loopback)") }
+            return value
+        }
         return (key, baseURL)
     }
 

@@ -110,7 +110,7 @@ struct EventsReplay: AsyncParsableCommand {
     func run() async throws {
         let id = self.id
         let json = options.json
-        let (replayed, missing) = try await options.withQueries { queries, queue -> ([Int64], Int64?) in
+        let (replayed, missing) = try await options.withQueries { queries, queue -> ([Int64], String?) in
             let ids: [Int64]
             if let id { ids = [id] } else { ids = try await queries.deadEventIDs() }
             let progress = ProgressBar(label: "Replaying")
@@ -118,7 +118,8 @@ struct EventsReplay: AsyncParsableCommand {
             for (index, id) in ids.enumerated() {
                 switch try await queue.replay(id: id) {
                 case .replayed: replayed.append(id)
-                case .notFound where ids.count == 1: return ([], id)
+                case .notFound where self.id != nil: return ([], "no event \(id)")
+                case .ignored where self.id != nil: return ([], "event \(id) has no known type, so nothing to replay")
                 case .notFound, .ignored: break
                 }
                 if ids.count > 1 && !json { progress.update(done: index + 1, total: ids.count) }
@@ -126,7 +127,7 @@ struct EventsReplay: AsyncParsableCommand {
             if ids.count > 1 && !json { progress.finish() }
             return (replayed, nil)
         }
-        if let missing { throw Bootstrap.fail("no event \(missing)") }
+        if let missing { throw Bootstrap.fail(missing) }
         if options.json { return options.printJSON(["replayed": .array(replayed.map { .number(Double($0)) })]) }
         print("Replayed \(replayed.count) event\(replayed.count == 1 ? "" : "s").")
     }

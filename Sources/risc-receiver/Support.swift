@@ -51,7 +51,8 @@ enum Bootstrap {
                     providers.append(KeyMappingProvider(upstream: provider, keyMapper: mapToVariable))
                 }
             } catch {
-                throw fail("--config \(file): not a valid JSON or YAML object of variables (\(error))", code: 2)
+                // The parser's own message may quote the offending line, which may hold a secret.
+                throw fail("--config \(file): not a valid \(file.lowercased().hasSuffix(".json") ? "JSON" : "YAML") object of variables", code: 2)
             }
         }
         return ConfigReader(providers: providers)
@@ -76,7 +77,8 @@ enum Bootstrap {
         if let option { return option }
         if let env = ProcessInfo.processInfo.environment["RISC_MIGRATIONS_DIR"], !env.isEmpty { return env }
         if FileManager.default.fileExists(atPath: "migrations") { return "migrations" }
-        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        // The real path of this executable (argv[0] may be a bare name found through PATH).
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         return executable.deletingLastPathComponent().appendingPathComponent("../share/risc-receiver/migrations").path
     }
 

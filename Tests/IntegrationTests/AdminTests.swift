@@ -170,6 +170,13 @@ struct AdminTests {
             #expect(try await runRiscReceiver(["users", "show", "nobody-\(UUID().uuidString)"], environment: environment).status == 1)
             #expect(try await runRiscReceiver(["events", "show", "999999999"], environment: environment).status == 1)
             #expect(try await runRiscReceiver(["events", "replay", "999999999"], environment: environment).status == 1)
+            // An ignored event (no known type) has nothing to replay: exit 1, as the API's 409.
+            let unknownType = try await harness.sign(harness.claims { $0["events"] = ["https://example.com/event-type/new": [:]] })
+            #expect(try await harness.post(unknownType).status == 202)
+            let ignoredID = try #require(
+                try await admin(harness, "/admin/v1/events?type=https://example.com/event-type/new&limit=1").json["events"]?.arrayValue?.first?["id"])
+            #expect(try await runRiscReceiver(["events", "replay", Table.number(ignoredID)], environment: environment).status == 1)
+            #expect(try await admin(harness, "/admin/v1/events/\(Table.number(ignoredID))/replay", method: .POST).status == 409)
             #expect(try await runRiscReceiver(["events", "list", "--status", "finished"], environment: environment).status == 2)
             #expect(try await runRiscReceiver(["events", "replay"], environment: environment).status == 2)
             #expect(try await runRiscReceiver(["stats"], environment: [:]).status == 2)

@@ -97,6 +97,13 @@ struct StreamTests {
             #expect(refused.status == 1)
             #expect(refused.output.contains("Request had invalid authentication credentials."), "\(refused.output)")
 
+            // The service-account JWT is never sent in the clear, except to a loopback development transmitter.
+            let cleartext = try await runRiscReceiver(
+                ["stream", "status"],
+                environment: ["GOOGLE_SERVICE_ACCOUNT_FILE": strangerFile, "RISC_MANAGEMENT_URL": "http://risc.example.com/v1beta"])
+            #expect(cleartext.status == 2)
+            #expect(cleartext.output.contains("RISC_MANAGEMENT_URL"), "\(cleartext.output)")
+
             // Plain HTTP is refused before Google is called (the default management URL is Google's own).
             let insecure = try await runRiscReceiver(
                 ["stream", "update", "--url", "http://risc.example.com/risc/events"],
