@@ -5,7 +5,7 @@ import RISC
 import RISCServer
 import Testing
 
-@Suite("Admin API and CLI")
+@Suite("Admin API and CLI", .timeLimit(.minutes(3)))
 struct AdminTests {
     static var options: Harness.Options {
         var options = Harness.Options()

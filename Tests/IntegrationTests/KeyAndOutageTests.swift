@@ -66,8 +66,10 @@ struct KeyAndOutageTests {
 
     @Test("No keys at all (transmitter down from the start) is 503, not 400")
     func keysNeverLoaded() async throws {
-        try await Harness.with { harness in
-            harness.transmitter.setKeysOutage(true)
+        // Down before the receiver starts, so its start-up key warm-up fails too.
+        var options = Harness.Options()
+        options.keysOutageAtStart = true
+        try await Harness.with(options) { harness in
             let reply = try await harness.postNewSET()
             #expect(reply.status == 503)
         }

@@ -8,7 +8,7 @@ import PostgresNIO
 import RISC
 import Testing
 
-@Suite("Operations: readiness, metrics, logs, shutdown, configuration")
+@Suite("Operations: readiness, metrics, logs, shutdown, configuration", .timeLimit(.minutes(3)))
 struct OperationsTests {
     @Test("/readyz names what is missing until the keys load, then answers 200")
     func readiness() async throws {
@@ -172,7 +172,7 @@ struct OperationsTests {
             let accepted = outcomes.filter { $0.1 == 202 }.map { jti(of: $0.0) }
             #expect(accepted.count >= 100)
             #expect(outcomes.allSatisfy { $0.1 == nil || $0.1 == 202 || $0.1 == 503 }, "\(Set(outcomes.compactMap(\.1)))")
-            let database = PostgresClient(configuration: try DatabaseURL.configuration(from: Harness.environment("RISC_TEST_DATABASE_URL")), backgroundLogger: Harness.logger)
+            let database = PostgresClient(configuration: try DatabaseURL.configuration(from: serve.databaseURL), backgroundLogger: Harness.logger)
             try await database.whileRunning { database in
                 var stored = Set<String>()
                 let jtis = outcomes.map { jti(of: $0.0) }

@@ -33,12 +33,23 @@ struct ServeProcess {
     let process: ChildProcess
     let url: String
     let logFile: String
+    let databaseURL: String
 
     var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
 
     /// Starts a transmitter in this process and `serve` beside it, runs `body`, and stops both.
     static func with(
         environment extra: [String: String] = [:], arguments: [String] = [],
+        _ body: @escaping @Sendable (ServeProcess, DevTransmitter) async throws -> Void
+    ) async throws {
+        // A database of its own: the child's worker must not take other tests' events, nor theirs its own.
+        try await IsolatedDatabase.with { database in
+            try await with(databaseURL: database.url, environment: extra, arguments: arguments, body)
+        }
+    }
+
+    private static func with(
+        databaseURL: String, environment extra: [String: String], arguments: [String],
         _ body: @escaping @Sendable (ServeProcess, DevTransmitter) async throws -> Void
     ) async throws {
         let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
@@ -53,7 +64,7 @@ struct ServeProcess {
             FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8))
             let port = freePort()
             var environment: [String: String] = [
-                "DATABASE_URL": Harness.environment("RISC_TEST_DATABASE_URL"), "RISC_CLIENT_IDS": Harness.audience,
+                "DATABASE_URL": databaseURL, "RISC_CLIENT_IDS": Harness.audience,
                 "RISC_PORT": String(port), "RISC_CONFIGURATION_URL": transmitter.discoveryURL,
                 "GOOGLE_OPENID_CONFIGURATION_URL": transmitter.openIDConfigurationURL,
                 "RISC_SERVICE_TOKEN": Harness.serviceToken, "RISC_VAULT_KEY": Harness.vaultKey,
@@ -64,9 +75,10 @@ struct ServeProcess {
             environment.merge(extra) { _, new in new }
             let logFile = FileManager.default.temporaryDirectory.appendingPathComponent("serve-\(UUID().uuidString).log").path
             let process = try ChildProcess.spawn(riscReceiverBinary, ["serve"] + arguments, environment: environment, outputFile: logFile)
-            let serve = ServeProcess(process: process, url: "http://127.0.0.1:\(port)", logFile: logFile)
+            let serve = ServeProcess(process: process, url: "http://127.0.0.1:\(port)", logFile: logFile, databaseURL: databaseURL)
             defer {
                 serve.process.kill(SIGKILL)
+                _ = waitpid(serve.process.pid, nil, WNOHANG)
                 try? FileManager.default.removeItem(atPath: secretFile)
                 try? FileManager.default.removeItem(atPath: logFile)
             }

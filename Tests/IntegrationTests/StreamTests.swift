@@ -4,7 +4,7 @@ import PostgresNIO
 import RISC
 import Testing
 
-@Suite("Stream registration with the (fake) RISC management API")
+@Suite("Stream registration with the (fake) RISC management API", .timeLimit(.minutes(3)))
 struct StreamTests {
     static func writeKeyFile(_ contents: String) -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("service-account-\(UUID().uuidString).json").path

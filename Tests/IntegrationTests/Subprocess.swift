@@ -38,13 +38,20 @@ struct ChildProcess: Sendable {
     }
 
     /// Waits for the exit without blocking a concurrency thread; returns the exit status
-    /// (128 + signal number when killed by a signal).
-    func wait() async throws -> Int32 {
+    /// (128 + signal number when killed by a signal). A child still running after `timeout` is killed, so a
+    /// hung child fails its test instead of hanging the suite.
+    func wait(timeout: Duration = .seconds(180)) async throws -> Int32 {
         var status: Int32 = 0
+        let deadline = ContinuousClock.now + timeout
+        var killed = false
         while true {
             let result = waitpid(pid, &status, WNOHANG)
             if result == pid { break }
             if result < 0 { throw SubprocessFailed(description: "waitpid failed for \(pid)") }
+            if !killed, ContinuousClock.now > deadline {
+                kill(SIGKILL)
+                killed = true
+            }
             try await Task.sleep(for: .milliseconds(20))
         }
         let signal = status & 0x7f

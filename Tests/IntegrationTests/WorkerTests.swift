@@ -91,7 +91,7 @@ struct IsolatedDatabase {
     }
 }
 
-@Suite("The worker: crash safety, concurrency, retries")
+@Suite("The worker: crash safety, concurrency, retries", .timeLimit(.minutes(3)))
 struct WorkerTests {
     @Test("kill -9 mid-batch, then a restart: every event done exactly once, no action applied twice")
     func crashSafety() async throws {
@@ -218,7 +218,7 @@ struct WorkerTests {
     }
 }
 
-@Suite("Vault key rotation")
+@Suite("Vault key rotation", .timeLimit(.minutes(3)))
 struct VaultRotationTests {
     @Test("vault rotate re-encrypts every grant under the new key; old ciphertexts no longer needed; no escapes when piped")
     func rotate() async throws {
