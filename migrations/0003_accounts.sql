@@ -106,23 +106,19 @@ BEGIN
             UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
              WHERE sub = subs[i] AND revoked_at IS NULL AND created_at <= received;
             GET DIAGNOSTICS affected = ROW_COUNT;
-        WHEN 'delete_grants' THEN
+        WHEN 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash' THEN
+            -- One erasure for the three ways of naming grants. Only the branch of this kind runs (the others
+            -- are one-time filters that are false), and each uses its own index.
             UPDATE risc_grants
                SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
                    revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE sub = subs[i] AND revoked_at IS NULL;
-            GET DIAGNOSTICS affected = ROW_COUNT;
-        WHEN 'delete_grant_by_prefix' THEN
-            UPDATE risc_grants
-               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
-                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE token_prefix = arguments[i];
-            GET DIAGNOSTICS affected = ROW_COUNT;
-        WHEN 'delete_grant_by_hash' THEN
-            UPDATE risc_grants
-               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
-                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE token_hash = arguments[i];
+             WHERE id IN (
+                   SELECT g.id FROM risc_grants g
+                    WHERE kinds[i] = 'delete_grants' AND g.sub = subs[i] AND g.revoked_at IS NULL
+                   UNION ALL
+                   SELECT g.id FROM risc_grants g WHERE kinds[i] = 'delete_grant_by_prefix' AND g.token_prefix = arguments[i]
+                   UNION ALL
+                   SELECT g.id FROM risc_grants g WHERE kinds[i] = 'delete_grant_by_hash' AND g.token_hash = arguments[i]);
             GET DIAGNOSTICS affected = ROW_COUNT;
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
             INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at)

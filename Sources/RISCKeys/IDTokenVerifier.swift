@@ -26,19 +26,19 @@ public struct IDTokenVerifier: Sendable {
         } catch {
             throw .invalid(error)
         }
-        let key: ResolvedKey
+        let issuer: String
         do {
-            key = try await keys.resolve(kid: token.kid, alg: token.alg)
+            issuer = try await keys.verifySignature(
+                kid: token.kid, alg: token.alg, signature: token.signature, signingInput: token.signingInput)
         } catch .unknownKey {
             throw .invalid(.init("the kid does not name a key of the identity provider"))
+        } catch .badSignature {
+            throw .invalid(.init("the signature does not verify"))
         } catch {
             throw .keysUnavailable
         }
-        guard (try? key.algorithm.verify(token.signature, signs: token.signingInput)) == true else {
-            throw .invalid(.init("the signature does not verify"))
-        }
         do {
-            try token.checkIssuer(discoveryIssuer: key.issuer)
+            try token.checkIssuer(discoveryIssuer: issuer)
         } catch {
             throw .invalid(error)
         }

@@ -14,6 +14,15 @@ public enum KeyLookupError: Error, Sendable, Equatable {
     case keysUnavailable
 }
 
+/// Why a token's signature could not be accepted.
+public enum SignatureFailure: Error, Sendable, Equatable {
+    /// No key of the issuer has this `kid` for this algorithm, even after a refetch.
+    case unknownKey
+    /// The keys could not be fetched and the `kid` is not cached: the sender should retry.
+    case keysUnavailable
+    case badSignature
+}
+
 /// A key's verifier, with the issuer its discovery document names.
 public struct ResolvedKey: Sendable {
     public let issuer: String
@@ -107,6 +116,23 @@ public actor IssuerKeys {
             do { try await refreshNow() } catch { throw .keysUnavailable }
         }
         return endpoints
+    }
+
+    /// Checks a JWS signature with the issuer's key for `kid` and `alg`; returns the issuer that key belongs to,
+    /// for the caller's issuer check. Shared by SET and ID-token verification.
+    public nonisolated func verifySignature(
+        kid: String, alg: String, signature: Data, signingInput: Data
+    ) async throws(SignatureFailure) -> String {
+        let key: ResolvedKey
+        do {
+            key = try await resolve(kid: kid, alg: alg)
+        } catch .unknownKey {
+            throw .unknownKey
+        } catch {
+            throw .keysUnavailable
+        }
+        guard (try? key.algorithm.verify(signature, signs: signingInput)) == true else { throw .badSignature }
+        return key.issuer
     }
 
     /// The key for a token's `kid` and `alg`: from the lock-free snapshot when it is there, else from the actor

@@ -26,19 +26,19 @@ public struct SETVerifier: Sendable {
         } catch {
             throw .rejected(error)
         }
-        let key: ResolvedKey
+        let issuer: String
         do {
-            key = try await keys.resolve(kid: token.header.kid, alg: token.header.alg)
+            issuer = try await keys.verifySignature(
+                kid: token.header.kid, alg: token.header.alg, signature: token.signature, signingInput: token.signingInput)
         } catch .unknownKey {
             throw .rejected(.invalidKey("the kid does not name a key of the transmitter for this algorithm"))
+        } catch .badSignature {
+            throw .rejected(.invalidKey("the signature does not verify"))
         } catch {
             throw .keysUnavailable
         }
-        guard (try? key.algorithm.verify(token.signature, signs: token.signingInput)) == true else {
-            throw .rejected(.invalidKey("the signature does not verify"))
-        }
         do {
-            try token.checkIssuerAndAudience(expectedIssuer: key.issuer, policy: policy)
+            try token.checkIssuerAndAudience(expectedIssuer: issuer, policy: policy)
         } catch {
             throw .rejected(error)
         }
