@@ -106,19 +106,25 @@ BEGIN
             UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
              WHERE sub = subs[i] AND revoked_at IS NULL AND created_at <= received;
             GET DIAGNOSTICS affected = ROW_COUNT;
-        WHEN 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash' THEN
-            -- One erasure for the three ways of naming grants. Only the branch of this kind runs (the others
-            -- are one-time filters that are false), and each uses its own index.
+        -- Three statements, not one UNION of the three lookups: in one run each, the combined form drained
+        -- 100,000 events in 7.3 s against 6.1 s (scripts/bench-accounts.sh). Each statement uses its own index.
+        WHEN 'delete_grants' THEN
             UPDATE risc_grants
                SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
                    revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE id IN (
-                   SELECT g.id FROM risc_grants g
-                    WHERE kinds[i] = 'delete_grants' AND g.sub = subs[i] AND g.revoked_at IS NULL
-                   UNION ALL
-                   SELECT g.id FROM risc_grants g WHERE kinds[i] = 'delete_grant_by_prefix' AND g.token_prefix = arguments[i]
-                   UNION ALL
-                   SELECT g.id FROM risc_grants g WHERE kinds[i] = 'delete_grant_by_hash' AND g.token_hash = arguments[i]);
+             WHERE sub = subs[i] AND revoked_at IS NULL;
+            GET DIAGNOSTICS affected = ROW_COUNT;
+        WHEN 'delete_grant_by_prefix' THEN
+            UPDATE risc_grants
+               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
+                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
+             WHERE token_prefix = arguments[i];
+            GET DIAGNOSTICS affected = ROW_COUNT;
+        WHEN 'delete_grant_by_hash' THEN
+            UPDATE risc_grants
+               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
+                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
+             WHERE token_hash = arguments[i];
             GET DIAGNOSTICS affected = ROW_COUNT;
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
             INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at)
