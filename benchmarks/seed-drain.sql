@@ -32,9 +32,9 @@ SELECT 'https://transmitter.test/', 'drain-' || i, ARRAY[k.uri], CASE WHEN k.k N
                    'format', 'oauth_token', 'token_type', 'refresh_token', 'token_identifier_alg', 'hash_base64_sha512_sha512',
                    'token', replace(encode(sha512(sha512(('1//drain-' || i)::bytea)), 'base64'), E'\n', ''))
                WHEN k.k = 7 THEN NULL
-               ELSE jsonb_build_object('format', 'iss_sub', 'iss', 'https://transmitter.test/', 'sub', 'd-' || i)
+               ELSE jsonb_build_object('format', 'iss_sub', 'iss', 'https://accounts.google.com', 'sub', 'd-' || i)
            END))),
-       '{}'::jsonb, now() - interval '1 second' * (:events - i)
+       '{"aud": "bench-client"}'::json, now() - interval '1 second' * (:events - i)
 FROM generate_series(1, :events) AS i JOIN kinds k ON k.k = i % 8;
 VACUUM ANALYZE;
 CHECKPOINT;

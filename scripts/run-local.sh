@@ -98,7 +98,7 @@ See what was stored and done (the admin commands read .local/env):
   curl -s -H "Authorization: Bearer \$RISC_ADMIN_TOKEN" http://127.0.0.1:$RISC_PORT/admin/v1/users/42
 Register the webhook with the transmitter's fake management API, and prove the round trip:
   $bin stream update --url http://127.0.0.1:$RISC_PORT/risc/events
-  $bin stream verify --wait 10
+  $bin stream verify --wait --timeout 10
 
 TXT
 "$bin" serve

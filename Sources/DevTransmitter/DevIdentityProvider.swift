@@ -18,11 +18,13 @@ public struct IDTokenRequest: Codable, Sendable {
     /// Overrides for tests: another issuer, or a kid the JWKS does not have.
     public var iss: String?
     public var kid: String?
+    /// `iat` in seconds since 1970 (default: now, rounded down as Google's are).
+    public var iat: Double?
 
     public init(sub: String) { self.sub = sub }
 
     enum CodingKeys: String, CodingKey {
-        case sub, email, aud, expIn = "exp_in", hd, name, iss, kid
+        case sub, email, aud, expIn = "exp_in", hd, name, iss, kid, iat
     }
 }
 
@@ -75,7 +77,7 @@ extension DevTransmitter {
 
     /// Signs an ID token as Google's sign-in would issue it.
     public func makeIDToken(_ request: IDTokenRequest, now: Date = Date()) async throws -> String {
-        let iat = now.timeIntervalSince1970.rounded(.down)
+        let iat = request.iat ?? now.timeIntervalSince1970.rounded(.down)
         let aud = request.aud ?? settings.audience
         var claims: [String: JSONValue] = [
             "iss": .string(request.iss ?? openIDIssuer), "aud": .string(aud), "azp": .string(aud),

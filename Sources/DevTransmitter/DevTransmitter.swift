@@ -73,6 +73,16 @@ public final class DevTransmitter: Sendable {
         try await keys.sign(claims: claims, typ: typ, kid: kid)
     }
 
+    /// The JWKS this transmitter publishes.
+    public func jwks() throws -> JSONValue {
+        try keys.jwks()
+    }
+
+    /// Signs a payload given as JSON text, exactly as written.
+    public func sign(payloadJSON: String) throws -> String {
+        try keys.sign(payloadJSON: payloadJSON)
+    }
+
     struct SignBatchRequest: Decodable {
         var type: String
         var count: Int

@@ -16,6 +16,8 @@ public struct SETRequest: Codable, Sendable {
     public var aud: String?
     public var jti: String?
     public var iat: Double?
+    /// The issuer written into user subjects (default: Google's sign-in, `https://accounts.google.com`).
+    public var subjectIssuer: String?
     /// Where to POST it; by default the transmitter's configured receiver.
     public var target: String?
 
@@ -28,6 +30,8 @@ public struct SETRequest: Codable, Sendable {
 enum SETFactory {
     struct Invalid: Error, CustomStringConvertible { let description: String }
 
+    static let googleSignInIssuer = "https://accounts.google.com"
+
     static func claims(for request: SETRequest, issuer: String, audience: String, now: Date = Date()) throws -> JSONValue {
         let uri = EventType(uriOrShortName: request.type)?.rawValue ?? request.type
         let type = EventType(rawValue: uri)
@@ -38,8 +42,13 @@ enum SETFactory {
             "iat": .number(request.iat ?? now.timeIntervalSince1970.rounded(.down)),
             "jti": .string(request.jti ?? UUID().uuidString.lowercased()),
         ]
+        // Users are Google sign-in accounts: their subjects are issued by Google's sign-in, not by the RISC
+        // transmitter (SPEC §2), whatever this transmitter's own issuer is.
+        let subjectIssuer = request.subjectIssuer ?? SETFactory.googleSignInIssuer
         let userSubject: JSONValue? = request.sub.map { sub in
-            var subject: [String: JSONValue] = ["subject_type": .string("iss-sub"), "iss": .string(issuer), "sub": .string(sub)]
+            var subject: [String: JSONValue] = [
+                "subject_type": .string("iss-sub"), "iss": .string(subjectIssuer), "sub": .string(sub),
+            ]
             if let email = request.email {
                 subject["subject_type"] = .string("id_token_claims")
                 subject["email"] = .string(email)
@@ -64,7 +73,7 @@ enum SETFactory {
         case .caepSessionRevoked, .caepCredentialChange:
             // Shared Signals form: a top-level sub_id, and an event timestamp.
             if let sub = request.sub {
-                claims["sub_id"] = .object(["format": .string("iss_sub"), "iss": .string(issuer), "sub": .string(sub)])
+                claims["sub_id"] = .object(["format": .string("iss_sub"), "iss": .string(subjectIssuer), "sub": .string(sub)])
             }
             event["event_timestamp"] = claims["iat"]
             if type == .caepCredentialChange {

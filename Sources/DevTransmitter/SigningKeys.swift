@@ -11,6 +11,7 @@ final class SigningKeys: Sendable {
     struct Key: Sendable {
         let kid: String
         let privateKey: JWTKit.Insecure.RSA.PrivateKey
+        let backing: _RSA.Signing.PrivateKey
         let collection: JWTKeyCollection
     }
 
@@ -30,7 +31,7 @@ final class SigningKeys: Sendable {
         let kid = "dev-" + UUID().uuidString.lowercased().prefix(8)
         let collection = JWTKeyCollection()
         await collection.add(rsa: privateKey, digestAlgorithm: .sha256, kid: JWKIdentifier(string: kid))
-        let key = Key(kid: kid, privateKey: privateKey, collection: collection)
+        let key = Key(kid: kid, privateKey: privateKey, backing: backing, collection: collection)
         keys.withLock { keys in
             if retireOld { keys.removeAll() }
             keys.append(key)
@@ -64,6 +65,18 @@ final class SigningKeys: Sendable {
         // let the key's own collection (which holds only this key) sign under the header's kid.
         return try await key.collection.sign(
             RawClaims(value: claims), kid: kidOverride == nil ? JWKIdentifier(string: key.kid) : nil, header: header)
+    }
+}
+
+extension SigningKeys {
+    /// Signs a payload given as JSON text, byte for byte (RS256 with the current key): for claims a JSON model
+    /// cannot carry exactly, such as a 30-digit number.
+    func sign(payloadJSON: String, typ: String = "secevent+jwt") throws -> String {
+        let key = current
+        let header: JSONValue = ["alg": "RS256", "kid": .string(key.kid), "typ": .string(typ)]
+        let signingInput = Base64Lenient.urlEncoded(Data(header.serialized.utf8)) + "." + Base64Lenient.urlEncoded(Data(payloadJSON.utf8))
+        let signature = try key.backing.signature(for: Data(signingInput.utf8), padding: .insecurePKCS1v1_5)
+        return signingInput + "." + Base64Lenient.urlEncoded(signature.rawRepresentation)
     }
 }
 

@@ -5,8 +5,9 @@ public enum AccountAction: Sendable, Equatable {
     case revokeSessions(sub: String)
     /// Delete every stored refresh token of the user.
     case deleteGrants(sub: String)
-    /// Delete the one stored refresh token the identifier names.
-    case deleteGrant(TokenIdentifier)
+    /// Delete the stored refresh token the identifier names, among the grants of the SET's audiences
+    /// (the client IDs the token could have been issued to).
+    case deleteGrant(TokenIdentifier, clientIDs: [String])
     /// Refuse new Google sign-ins (ordered by the event's `iat`).
     case disableSignIn(sub: String, reason: String?)
     /// Allow Google sign-ins again (ordered by the event's `iat`).
@@ -22,8 +23,8 @@ public enum AccountAction: Sendable, Equatable {
         switch self {
         case .revokeSessions: "revoke_sessions"
         case .deleteGrants: "delete_grants"
-        case .deleteGrant(.prefix): "delete_grant_by_prefix"
-        case .deleteGrant(.doubleSHA512): "delete_grant_by_hash"
+        case .deleteGrant(.prefix, _): "delete_grant_by_prefix"
+        case .deleteGrant(.doubleSHA512, _): "delete_grant_by_hash"
         case .disableSignIn: "disable_sign_in"
         case .enableSignIn: "enable_sign_in"
         case .flagForReview: "flag_for_review"
@@ -47,7 +48,7 @@ public enum AccountAction: Sendable, Equatable {
     /// The action's one argument: a token identifier in its canonical form, a reason, a state.
     public var argument: String? {
         switch self {
-        case .deleteGrant(let identifier): identifier.canonicalValue
+        case .deleteGrant(let identifier, _): identifier.canonicalValue
         case .disableSignIn(_, let reason): reason
         case .recordVerification(let state): state
         case .skip(let reason): reason
@@ -55,18 +56,32 @@ public enum AccountAction: Sendable, Equatable {
         }
     }
 
-    /// The actions for one event, in the order they are applied.
-    public static func actions(for event: SecurityEvent) -> [AccountAction] {
+    /// The client IDs a `deleteGrant` is confined to.
+    public var clientIDs: [String] {
+        if case .deleteGrant(_, let clientIDs) = self { return clientIDs }
+        return []
+    }
+
+    /// The actions for one event, in the order they are applied. `audience` is the SET's `aud`: a
+    /// token-revoked event only names tokens issued to those clients.
+    public static func actions(for event: SecurityEvent, audience: [String]) -> [AccountAction] {
         guard let type = event.type else { return [.skip(reason: "unknown event type")] }
         if type == .verification || type == .ssfVerification { return [.recordVerification(state: event.state)] }
         if type == .tokenRevoked {
-            guard case .oauthToken(_, let identifier)? = event.subject else {
+            guard case .oauthToken(let tokenType, let identifier)? = event.subject else {
                 return [.skip(reason: "token-revoked without an oauth_token subject")]
             }
-            return [.deleteGrant(identifier)]
+            // The vault holds refresh tokens only; an access token's identifier must not erase one.
+            guard tokenType == "refresh_token" else {
+                return [.skip(reason: "token-revoked for a token_type other than refresh_token")]
+            }
+            return [.deleteGrant(identifier, clientIDs: audience)]
         }
-        guard let sub = event.subject?.googleSubject else {
-            return [.skip(reason: "the subject names no Google account")]
+        let sub: String
+        switch event.subject?.userReference {
+        case .named(let named)?: sub = named
+        case .notAUser(let reason)?: return [.skip(reason: reason)]
+        case nil: return [.skip(reason: "the subject names no Google account")]
         }
         switch type {
         case .sessionsRevoked, .caepSessionRevoked:
@@ -88,8 +103,11 @@ public enum AccountAction: Sendable, Equatable {
         }
     }
 
-    /// The actions for every event of a SET.
-    public static func actions(for events: [SecurityEvent]) -> [AccountAction] {
-        events.flatMap { actions(for: $0) }
+    /// The actions for every event of a SET, each with the position of its event in the SET: staleness is
+    /// judged per event and per user, never per SET.
+    public static func actions(for events: [SecurityEvent], audience: [String]) -> [(position: Int, action: AccountAction)] {
+        events.enumerated().flatMap { position, event in
+            actions(for: event, audience: audience).map { (position, $0) }
+        }
     }
 }

@@ -15,12 +15,14 @@ public struct CompactJWS: Sendable {
 
     public init(_ token: String) throws(Malformed) {
         let segments = token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty, !segments[2].isEmpty else {
+        // An empty signature is framing-valid (an unsecured JWS, `alg: none`): the header's algorithm is judged
+        // first, so such a token is refused as a key failure, not as a malformed request.
+        guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty else {
             throw .notThreeSegments
         }
         guard let header = Base64Lenient.decodeJWSSegment(segments[0]),
             let payload = Base64Lenient.decodeJWSSegment(segments[1]),
-            let signature = Base64Lenient.decodeJWSSegment(segments[2])
+            let signature = segments[2].isEmpty ? Data() : Base64Lenient.decodeJWSSegment(segments[2])
         else { throw .notBase64URL }
         self.header = header
         self.payload = payload

@@ -51,6 +51,8 @@ public struct GoogleIDToken: Sendable {
     public let issuer: String
     public let profile: Profile
     public let expiresAt: Date
+    /// `iat`: a token issued at or before the user's last session revocation no longer signs them in.
+    public let issuedAt: Date
     public let signingInput: Data
     public let signature: Data
 
@@ -62,10 +64,13 @@ public struct GoogleIDToken: Sendable {
         }
         guard header["crit"] == nil else { throw Invalid("the header has a crit parameter") }
         guard let kid = header["kid"]?.stringValue, !kid.isEmpty else { throw Invalid("the kid header is missing") }
+        guard !jws.signature.isEmpty else { throw Invalid("the token carries no signature") }
         guard let claims = try? JSONValue.parse(jws.payload).objectValue else { throw Invalid("the payload is not a JSON object") }
 
         guard let issuer = claims["iss"]?.stringValue else { throw Invalid("iss is missing") }
         guard let sub = claims["sub"]?.stringValue, !sub.isEmpty else { throw Invalid("sub is missing") }
+        guard ClaimBounds.fits(sub) else { throw Invalid("sub is too long") }
+        guard case .number(let iat)? = claims["iat"], iat.isFinite else { throw Invalid("iat is missing") }
         guard case .number(let exp)? = claims["exp"], exp.isFinite else { throw Invalid("exp is missing") }
         let expiresAt = Date(timeIntervalSince1970: exp)
         guard now.timeIntervalSince(expiresAt) <= policy.leeway else { throw Invalid("the token has expired") }
@@ -95,7 +100,8 @@ public struct GoogleIDToken: Sendable {
             sub: sub, email: claims["email"]?.stringValue, emailVerified: emailVerified, name: claims["name"]?.stringValue,
             picture: claims["picture"]?.stringValue, hostedDomain: hostedDomain)
         return GoogleIDToken(
-            alg: alg, kid: kid, issuer: issuer, profile: profile, expiresAt: expiresAt, signingInput: jws.signingInput,
+            alg: alg, kid: kid, issuer: issuer, profile: profile, expiresAt: expiresAt,
+            issuedAt: Date(timeIntervalSince1970: iat), signingInput: jws.signingInput,
             signature: jws.signature)
     }
 

@@ -18,6 +18,7 @@ extension JSONValue {
                 output += "\(value)"
             }
         case .string(let value): Self.writeString(value, to: &output)
+        case .verbatim(let text): output += text
         case .array(let values):
             output += "["
             for (index, value) in values.enumerated() {

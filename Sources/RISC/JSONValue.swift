@@ -1,3 +1,5 @@
+import Foundation
+
 /// A JSON value, for inspecting claims whose shape is not fixed (events, subjects).
 public enum JSONValue: Sendable, Equatable, Codable {
     case string(String)
@@ -6,6 +8,9 @@ public enum JSONValue: Sendable, Equatable, Codable {
     case null
     case array([JSONValue])
     case object([String: JSONValue])
+    /// JSON text kept exactly as received, written out unchanged (the claims of a stored SET: a 30-digit
+    /// number must not come back as a Double). Never produced by the parser.
+    case verbatim(String)
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
@@ -33,6 +38,7 @@ public enum JSONValue: Sendable, Equatable, Codable {
         case .null: try container.encodeNil()
         case .array(let value): try container.encode(value)
         case .object(let value): try container.encode(value)
+        case .verbatim(let text): try container.encode((try? JSONValue.parse(Data(text.utf8))) ?? .null)
         }
     }
 

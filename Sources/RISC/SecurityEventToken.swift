@@ -56,6 +56,8 @@ public struct SecurityEventToken: Sendable {
         }
         let headerData = jws.header, payloadData = jws.payload
         let header = try parseHeader(headerData, policy: policy)
+        // After the header: an unsecured token (`alg: none`) has already been refused as a key failure.
+        guard !jws.signature.isEmpty else { throw .invalidKey("the token carries no signature") }
         // The parser also refuses what PostgreSQL could not store (NUL, lone surrogates).
         guard let payload = try? JSONValue.parse(payloadData), let claims = payload.objectValue else {
             throw .invalidRequest("the payload is not a JSON object (or holds characters that cannot be stored)")
@@ -63,6 +65,7 @@ public struct SecurityEventToken: Sendable {
 
         guard let iss = claims["iss"] else { throw .invalidRequest("the iss claim is missing") }
         guard let issuer = iss.stringValue else { throw .invalidRequest("the iss claim is not a string") }
+        guard ClaimBounds.fits(issuer) else { throw .invalidRequest("the iss claim is too long") }
         guard let iat = claims["iat"] else { throw .invalidRequest("the iat claim is missing") }
         guard case .number(let iatSeconds) = iat, iatSeconds.isFinite else {
             throw .invalidRequest("the iat claim is not a NumericDate")
@@ -75,6 +78,7 @@ public struct SecurityEventToken: Sendable {
         guard let jti = jtiValue.stringValue, !jti.isEmpty else {
             throw .invalidRequest("the jti claim is not a non-empty string")
         }
+        guard ClaimBounds.fits(jti) else { throw .invalidRequest("the jti claim is too long") }
 
         // aud is not one of the required claims: a missing or malformed one names none of our client IDs,
         // which the audience check answers with invalid_audience.
@@ -88,6 +92,7 @@ public struct SecurityEventToken: Sendable {
         guard let eventsValue = claims["events"] else { throw .invalidRequest("the events claim is missing") }
         guard let eventMembers = eventsValue.objectValue else { throw .invalidRequest("the events claim is not an object") }
         guard !eventMembers.isEmpty else { throw .invalidRequest("the events claim is empty") }
+        try checkSubjectBounds(claims["sub_id"])
         let topLevelSubject = claims["sub_id"].flatMap(Subject.init(json:))
         var events: [SecurityEvent] = []
         // Sorted so a SET with several event types decodes the same way every time.
@@ -95,12 +100,23 @@ public struct SecurityEventToken: Sendable {
             guard let bodyObject = body.objectValue else {
                 throw .invalidRequest("a member of the events claim is not an object")
             }
+            try checkSubjectBounds(bodyObject["subject"])
             events.append(SecurityEvent(typeURI: uri, body: bodyObject, topLevelSubject: topLevelSubject))
         }
 
         return SecurityEventToken(
             header: header, issuer: issuer, issuedAt: issuedAt, jti: jti, audience: audience, events: events,
             payloadJSON: payloadData, signingInput: jws.signingInput, signature: jws.signature)
+    }
+
+    /// Every string member of a subject identifier is stored, and `sub` is indexed: refuse oversized ones here.
+    private static func checkSubjectBounds(_ subject: JSONValue?) throws(SETRejection) {
+        guard let members = subject?.objectValue else { return }
+        for value in members.values {
+            if let string = value.stringValue, !ClaimBounds.fits(string) {
+                throw .invalidRequest("a subject identifier is too long")
+            }
+        }
     }
 
     private static func parseHeader(_ data: Data, policy: SETPolicy) throws(SETRejection) -> Header {

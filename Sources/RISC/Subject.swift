@@ -5,8 +5,8 @@ public enum Subject: Sendable, Equatable {
     case issuerAndSubject(iss: String, sub: String)
     /// `id_token_claims` (RISC): `iss` and `sub`, sometimes `email`.
     case idTokenClaims(iss: String, sub: String, email: String?)
-    /// `oauth_token` (RISC): one refresh token, identified by prefix or double hash.
-    case oauthToken(tokenType: String, identifier: TokenIdentifier)
+    /// `oauth_token` (RISC): one token, identified by prefix or double hash; `tokenType` as sent (nil when absent).
+    case oauthToken(tokenType: String?, identifier: TokenIdentifier)
     /// `email` (SSF): never enough to match a user on its own.
     case email(String)
     /// `opaque` (SSF).
@@ -14,11 +14,35 @@ public enum Subject: Sendable, Equatable {
     /// Any other shape, kept only in the raw claims.
     case unrecognized(format: String?)
 
-    /// The Google account `sub` this subject names, if it names one. Email alone never counts.
+    /// The issuers of Google's sign-in, whose `sub` values are our users' keys. Google's own RISC sample
+    /// writes the subject's issuer with a trailing slash, so that spelling counts too.
+    public static let googleSignInIssuers: Set<String> = [
+        "https://accounts.google.com", "https://accounts.google.com/", "accounts.google.com",
+    ]
+
+    /// The Google account `sub` this subject names, if it names one: only a non-empty `sub` issued by Google's
+    /// sign-in (another issuer's `sub` could equal a Google user's). Email alone never counts.
     public var googleSubject: String? {
+        guard case .named(let sub) = userReference else { return nil }
+        return sub
+    }
+
+    /// Whether the subject names one of our users, and if not, why.
+    public enum UserReference: Sendable, Equatable {
+        case named(sub: String)
+        case notAUser(reason: String)
+    }
+
+    public var userReference: UserReference {
         switch self {
-        case .issuerAndSubject(_, let sub), .idTokenClaims(_, let sub, _): sub
-        default: nil
+        case .issuerAndSubject(let iss, let sub), .idTokenClaims(let iss, let sub, _):
+            guard Self.googleSignInIssuers.contains(iss) else {
+                return .notAUser(reason: "the subject was not issued by Google's sign-in")
+            }
+            guard !sub.isEmpty else { return .notAUser(reason: "the subject's sub is empty") }
+            return .named(sub: sub)
+        default:
+            return .notAUser(reason: "the subject names no Google account")
         }
     }
 
@@ -40,7 +64,7 @@ public enum Subject: Sendable, Equatable {
                 let token = object["token"]?.stringValue,
                 let identifier = TokenIdentifier(algorithm: alg, value: token)
             else { self = .unrecognized(format: kind); return }
-            self = .oauthToken(tokenType: object["token_type"]?.stringValue ?? "refresh_token", identifier: identifier)
+            self = .oauthToken(tokenType: object["token_type"]?.stringValue, identifier: identifier)
         case "email":
             guard let email = object["email"]?.stringValue else { self = .unrecognized(format: kind); return }
             self = .email(email)
@@ -64,10 +88,11 @@ extension Subject: Codable {
                 ["format": "id_token_claims", "iss": .string(iss), "sub": .string(sub)]
                     .merging(email.map { ["email": JSONValue.string($0)] } ?? [:]) { first, _ in first })
         case .oauthToken(let tokenType, let identifier):
-            [
-                "format": "oauth_token", "token_type": .string(tokenType),
-                "token_identifier_alg": .string(identifier.algorithm), "token": .string(identifier.canonicalValue),
-            ]
+            .object(
+                [
+                    "format": "oauth_token", "token_identifier_alg": .string(identifier.algorithm),
+                    "token": .string(identifier.canonicalValue),
+                ].merging(tokenType.map { ["token_type": JSONValue.string($0)] } ?? [:]) { first, _ in first })
         case .email(let email): ["format": "email", "email": .string(email)]
         case .opaque(let id): ["format": "opaque", "id": .string(id)]
         case .unrecognized(let format): ["format": .string(format ?? "unrecognized")]

@@ -3,7 +3,8 @@ import Foundation
 
 /// How a `token-revoked` event names a refresh token without revealing it (RISC §2.2).
 public enum TokenIdentifier: Sendable, Equatable, Hashable {
-    /// `prefix`: the first 16 characters of the token.
+    /// `prefix`: the first 16 characters of the token. Google's refresh tokens are ASCII, so characters are
+    /// bytes here; never Swift `Character`s, which would let one "character" span many code points.
     case prefix(String)
     /// `hash_base64_sha512_sha512`: the 64 raw bytes of SHA-512(SHA-512(token)).
     case doubleSHA512(Data)
@@ -15,7 +16,7 @@ public enum TokenIdentifier: Sendable, Equatable, Hashable {
     public init?(algorithm: String, value: String) {
         switch algorithm {
         case "prefix":
-            guard value.count == Self.prefixLength else { return nil }
+            guard value.utf8.count == Self.prefixLength, Self.isPrintableASCII(value) else { return nil }
             self = .prefix(value)
         case "hash_base64_sha512_sha512":
             guard let digest = Base64Lenient.decode(value), digest.count == SHA512.byteCount else { return nil }
@@ -40,9 +41,15 @@ public enum TokenIdentifier: Sendable, Equatable, Hashable {
         }
     }
 
-    /// The first 16 characters of a refresh token.
+    /// The first 16 bytes of a refresh token (the vault only holds printable-ASCII tokens).
     public static func prefix(of token: String) -> String {
-        String(token.prefix(prefixLength))
+        String(decoding: token.utf8.prefix(prefixLength), as: UTF8.self)
+    }
+
+    /// Printable ASCII without space (0x21–0x7E): what Google's refresh tokens are made of, and all the
+    /// vault accepts, so that a prefix in bytes and in characters is the same thing.
+    public static func isPrintableASCII(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.allSatisfy { $0 >= 0x21 && $0 <= 0x7E }
     }
 
     /// SHA-512 over the 64 raw bytes of SHA-512(token), as raw bytes.

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOFoundationCompat
+import RISC
 
 /// A JSON document fetched over HTTP with the lifetime its `Cache-Control: max-age` grants.
 struct FetchedDocument: Sendable {
@@ -12,32 +13,54 @@ struct FetchedDocument: Sendable {
 enum FetchError: Error, CustomStringConvertible {
     case status(Int, url: String)
     case transport(String, url: String)
+    /// The URL, or a redirect's target, is neither https nor loopback http.
+    case insecureURL(String)
+    case tooManyRedirects(url: String)
 
     var description: String {
         switch self {
         case .status(let status, let url): "GET \(url) answered HTTP \(status)"
         case .transport(let error, let url): "GET \(url) failed: \(error)"
+        case .insecureURL(let url): "\(url) is not an https:// URL (http:// only on loopback)"
+        case .tooManyRedirects(let url): "GET \(url) redirected too many times"
         }
     }
 }
 
 extension HTTPClient {
-    /// GETs a small JSON document; any non-200 answer is an error.
+    /// For key documents, which decide what is accepted: it follows no redirect itself, so that
+    /// `fetchDocument` can check every hop (AsyncHTTPClient would follow https to http).
+    static let keyDocuments = HTTPClient(
+        eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+
+    /// GETs a small JSON document over https (or loopback http), following at most 3 redirects that stay so;
+    /// any other answer than 200 is an error.
     func fetchDocument(_ url: String, timeout: TimeAmount = .seconds(10)) async throws -> FetchedDocument {
-        var request = HTTPClientRequest(url: url)
-        request.headers.add(name: "Accept", value: "application/json")
-        let response: HTTPClientResponse
-        do {
-            response = try await execute(request, timeout: timeout)
-        } catch {
-            throw FetchError.transport(String(describing: error), url: url)
+        var current = url
+        for _ in 0...3 {
+            guard URLPolicy.isHTTPSOrLoopback(current) else { throw FetchError.insecureURL(current) }
+            var request = HTTPClientRequest(url: current)
+            request.headers.add(name: "Accept", value: "application/json")
+            let response: HTTPClientResponse
+            do {
+                response = try await execute(request, timeout: timeout)
+            } catch {
+                throw FetchError.transport(String(describing: error), url: current)
+            }
+            let body = try await response.body.collect(upTo: 1 << 20)
+            if (300...399).contains(response.status.code), let location = response.headers["Location"].first,
+                let target = URL(string: location, relativeTo: URL(string: current))?.absoluteString
+            {
+                current = target
+                continue
+            }
+            guard response.status == .ok else { throw FetchError.status(Int(response.status.code), url: current) }
+            return FetchedDocument(
+                body: Data(buffer: body),
+                maxAge: CacheControl.maxAge(response.headers["Cache-Control"].joined(separator: ","))
+            )
         }
-        let body = try await response.body.collect(upTo: 1 << 20)
-        guard response.status == .ok else { throw FetchError.status(Int(response.status.code), url: url) }
-        return FetchedDocument(
-            body: Data(buffer: body),
-            maxAge: CacheControl.maxAge(response.headers["Cache-Control"].joined(separator: ","))
-        )
+        throw FetchError.tooManyRedirects(url: url)
     }
 }
 

@@ -12,6 +12,9 @@ public enum KeyLookupError: Error, Sendable, Equatable {
     case unknownKey
     /// The discovery document or JWKS could not be fetched and the `kid` is not cached: the sender should retry.
     case keysUnavailable
+    /// The `kid` is unknown and the last refetch was too recent to try another: the key may have just been
+    /// rotated in, so the sender should retry after this many seconds rather than be refused for good.
+    case coolingDown(retryAfter: Int)
 }
 
 /// Why a token's signature could not be accepted.
@@ -20,6 +23,8 @@ public enum SignatureFailure: Error, Sendable, Equatable {
     case unknownKey
     /// The keys could not be fetched and the `kid` is not cached: the sender should retry.
     case keysUnavailable
+    /// An unknown `kid` while refetching is rate-limited: retry after this many seconds.
+    case coolingDown(retryAfter: Int)
     case badSignature
 }
 
@@ -39,6 +44,9 @@ public actor IssuerKeys {
         public var unknownKidRefetchInterval: TimeInterval = 30
         /// Used when a response names no `max-age`.
         public var defaultMaxAge: TimeInterval = 300
+        /// Whatever `max-age` a response names, keys are kept at least this long (a `max-age=0` would
+        /// otherwise refetch on every token) and at most this long (a year-long one would pin a key).
+        public var maxAgeRange: ClosedRange<TimeInterval> = 60...86_400
         /// Which issuer this is, in metrics: `risc` or `openid`.
         public var metricsLabel = "risc"
 
@@ -62,7 +70,6 @@ public actor IssuerKeys {
     }
 
     private let settings: Settings
-    private let httpClient: HTTPClient
     private let logger: Logger
     private let clock: @Sendable () -> Date
 
@@ -83,11 +90,8 @@ public actor IssuerKeys {
     }
     private nonisolated let snapshot = Mutex<Snapshot?>(nil)
 
-    public init(
-        settings: Settings, httpClient: HTTPClient, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() }
-    ) {
+    public init(settings: Settings, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() }) {
         self.settings = settings
-        self.httpClient = httpClient
         self.logger = logger
         self.clock = clock
     }
@@ -128,6 +132,8 @@ public actor IssuerKeys {
             key = try await resolve(kid: kid, alg: alg)
         } catch .unknownKey {
             throw .unknownKey
+        } catch .coolingDown(let seconds) {
+            throw .coolingDown(retryAfter: seconds)
         } catch {
             throw .keysUnavailable
         }
@@ -162,13 +168,19 @@ public actor IssuerKeys {
             _ = try? await refresh.value
             if let found = lookup(kid: kid, alg: alg) { return found }
         }
-        // An unknown kid may be a freshly rotated key: refetch, but not more than once per interval.
-        if now.timeIntervalSince(lastFetchStarted) >= settings.unknownKidRefetchInterval {
+        // An unknown kid may be a freshly rotated key: refetch, but not more than once per interval. (The clock is
+        // read again: a fetch joined above may have started after this call did.)
+        let sinceLastFetch = clock().timeIntervalSince(lastFetchStarted)
+        if sinceLastFetch >= settings.unknownKidRefetchInterval {
             do { try await refreshNow() } catch { throw .keysUnavailable }
             if let found = lookup(kid: kid, alg: alg) { return found }
             throw .unknownKey
         }
-        throw lastFetchFailed ? .keysUnavailable : .unknownKey
+        if lastFetchFailed { throw .keysUnavailable }
+        // Not refused for good: anyone can spend the refetch with a junk kid, and a key rotated in meanwhile
+        // would then be lost. The sender retries once the next refetch is allowed.
+        let wait = settings.unknownKidRefetchInterval - sinceLastFetch
+        throw .coolingDown(retryAfter: max(1, Int(wait.rounded(.up))))
     }
 
     private func lookup(kid: String, alg: String) -> ResolvedKey? {
@@ -206,11 +218,14 @@ public actor IssuerKeys {
         lastFetchStarted = clock()
         do {
             let discovery = try JSONDecoder().decode(
-                Discovery.self, from: try await httpClient.fetchDocument(settings.discoveryURL).body)
-            let jwksDocument = try await httpClient.fetchDocument(discovery.jwks_uri)
+                Discovery.self, from: try await HTTPClient.keyDocuments.fetchDocument(settings.discoveryURL).body)
+            let jwksDocument = try await HTTPClient.keyDocuments.fetchDocument(discovery.jwks_uri)
             let newKeys = try await KeySet.build(jwksJSON: jwksDocument.body, allowedAlgorithms: settings.allowedAlgorithms)
-            // The JWKS response's max-age governs (SPEC §2); the discovery document is re-read with it.
-            let maxAge = jwksDocument.maxAge ?? settings.defaultMaxAge
+            // A key set with nothing usable in it never replaces one that works.
+            guard !newKeys.isEmpty else { throw NoUsableKey() }
+            // The JWKS response's max-age governs (SPEC §2), within bounds; the discovery document is re-read with it.
+            let asked = jwksDocument.maxAge ?? settings.defaultMaxAge
+            let maxAge = min(max(asked, settings.maxAgeRange.lowerBound), settings.maxAgeRange.upperBound)
             // Swap in a whole new key set: removing keys from a live jwt-kit collection is unreliable.
             issuer = discovery.issuer
             endpoints = Endpoints(token: discovery.token_endpoint, revocation: discovery.revocation_endpoint)
@@ -232,4 +247,9 @@ public actor IssuerKeys {
             throw error
         }
     }
+}
+
+/// A JWKS that holds no key this service can use (none with a kid and an allowed algorithm).
+struct NoUsableKey: Error, CustomStringConvertible {
+    var description: String { "the JWKS holds no usable signing key" }
 }

@@ -7,9 +7,13 @@ import RISC
 public struct SETVerifier: Sendable {
     public enum Failure: Error, Sendable {
         case rejected(SETRejection)
-        /// Keys could not be obtained: answer 503 so the transmitter retries.
-        case keysUnavailable
+        /// Keys could not be obtained (now, or for an unknown kid until the next refetch is allowed): answer 503
+        /// with this `Retry-After` so the transmitter retries.
+        case keysUnavailable(retryAfter: Int)
     }
+
+    /// How long a transmitter is asked to wait when the keys cannot be fetched at all.
+    public static let keysUnavailableRetryAfter = 30
 
     public let keys: IssuerKeys
     public let policy: SETPolicy
@@ -34,8 +38,10 @@ public struct SETVerifier: Sendable {
             throw .rejected(.invalidKey("the kid does not name a key of the transmitter for this algorithm"))
         } catch .badSignature {
             throw .rejected(.invalidKey("the signature does not verify"))
+        } catch .coolingDown(let seconds) {
+            throw .keysUnavailable(retryAfter: seconds)
         } catch {
-            throw .keysUnavailable
+            throw .keysUnavailable(retryAfter: Self.keysUnavailableRetryAfter)
         }
         do {
             try token.checkIssuerAndAudience(expectedIssuer: issuer, policy: policy)

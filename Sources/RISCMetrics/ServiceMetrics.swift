@@ -50,6 +50,12 @@ public enum ServiceMetrics {
         Counter(label: "risc_grants_deleted_total").increment(by: count)
     }
 
+    /// token-revoked identifiers that matched several grants: all were erased, and the event is flagged.
+    public static func ambiguousTokenIdentifiers(_ count: Int) {
+        guard count > 0 else { return }
+        Counter(label: "risc_token_identifiers_ambiguous_total").increment(by: count)
+    }
+
     /// A sign-in: `success`, `invalid_token`, `account_disabled` or `unavailable`.
     public static func signIn(outcome: String) {
         Counter(label: "risc_signins_total", dimensions: [("outcome", outcome)]).increment()

@@ -38,13 +38,13 @@ public struct ServiceDependencies: Sendable {
         var keySettings = IssuerKeys.Settings(
             discoveryURL: configuration.riscConfigurationURL, allowedAlgorithms: configuration.allowedAlgorithms)
         keySettings.unknownKidRefetchInterval = unknownKidRefetchInterval
-        transmitterKeys = IssuerKeys(settings: keySettings, httpClient: httpClient, logger: logger)
+        transmitterKeys = IssuerKeys(settings: keySettings, logger: logger)
         setPolicy = SETPolicy(allowedAlgorithms: configuration.allowedAlgorithms, audiences: Set(configuration.clientIDs))
 
         var providerSettings = IssuerKeys.Settings(discoveryURL: configuration.openIDConfigurationURL, allowedAlgorithms: ["RS256"])
         providerSettings.metricsLabel = "openid"
         providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
-        identityProvider = IssuerKeys(settings: providerSettings, httpClient: httpClient, logger: logger)
+        identityProvider = IssuerKeys(settings: providerSettings, logger: logger)
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
         sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
         sessions = SessionStore(
@@ -101,6 +101,9 @@ public func buildApplication(
 
     return Application(
         router: router,
+        // A client that stalls, mid-request or between requests, loses its connection: it cannot hold one (or a
+        // graceful shutdown) open for ever.
+        server: .http1(configuration: .init(idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
         services: [dependencies.postgres, dependencies.inbox, KeyWarmup(keys: [dependencies.transmitterKeys, dependencies.identityProvider])]
             + (dependencies.sessionCache.map { [$0] } ?? []) + extraServices,

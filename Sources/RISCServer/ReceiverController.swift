@@ -49,12 +49,16 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
         let token: SecurityEventToken
         do {
             token = try await verifier.verify(compact)
-        } catch .rejected(let rejection) {
-            logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
-            return (JSONResponse.make(status: .badRequest, rejection.body), "unparsed", rejection.code.rawValue)
         } catch {
-            logger.warning("Rejected a SET for now: the transmitter's keys are unavailable")
-            return (Self.retryLater(seconds: 30), "unparsed", "keys_unavailable")
+            switch error {
+            case .rejected(let rejection):
+                logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
+                return (JSONResponse.make(status: .badRequest, rejection.body), "unparsed", rejection.code.rawValue)
+            case .keysUnavailable(let retryAfter):
+                logger.warning(
+                    "Rejected a SET for now: the transmitter's key for it is unavailable", metadata: ["retry_after": "\(retryAfter)"])
+                return (Self.retryLater(seconds: retryAfter), "unparsed", "keys_unavailable")
+            }
         }
         let eventType = (token.primaryEvent ?? token.events.first)?.shortName ?? "unknown"
 

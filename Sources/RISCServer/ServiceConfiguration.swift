@@ -1,5 +1,6 @@
 import Configuration
 import Foundation
+import RISC
 import RISCKeys
 import RISCStore
 
@@ -33,6 +34,10 @@ public struct ServiceConfiguration: Sendable {
     public var hostedDomains: Set<String> = []
     /// Session checks served from memory, invalidated by NOTIFY (RISC_SESSION_CACHE, default on).
     public var sessionCache = true
+    /// A connection that sends nothing for this long, mid-request or between requests, is closed (RISC_IDLE_TIMEOUT).
+    public var idleTimeoutSeconds: Double = 30
+    /// How long SIGTERM waits for in-flight work before it stops whatever is left (RISC_SHUTDOWN_TIMEOUT).
+    public var shutdownTimeoutSeconds: Double = 10
 
     public static let googleRISCConfigurationURL = "https://accounts.google.com/.well-known/risc-configuration"
     public static let googleOpenIDConfigurationURL = "https://accounts.google.com/.well-known/openid-configuration"
@@ -93,9 +98,7 @@ public struct ServiceConfiguration: Sendable {
         let baseURL = try variables.optional("RISC_MANAGEMENT_URL", default: RISCManagement.defaultBaseURL) { value in
             // The service-account JWT grants RISC admin rights for an hour: never send it in the clear,
             // except to a development transmitter on loopback.
-            guard let url = URL(string: value), let host = url.host,
-                url.scheme == "https" || (url.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(host.lowercased()))
-            else { throw Problem("must be an https:// URL (http:// only on loopback)") }
+            guard URLPolicy.isHTTPSOrLoopback(value) else { throw Problem("must be an https:// URL (http:// only on loopback)") }
             return value
         }
         return (key, baseURL)
@@ -118,7 +121,7 @@ public struct ServiceConfiguration: Sendable {
             return ids
         }
         riscConfigurationURL = try variables.optional("RISC_CONFIGURATION_URL", default: Self.googleRISCConfigurationURL) {
-            try Self.httpURL($0)
+            try Self.keySourceURL($0)
         }
         host = try variables.optional("RISC_HOST", default: "127.0.0.1") { $0 }
         port = try variables.optional("RISC_PORT", default: 8080) { value in
@@ -138,7 +141,7 @@ public struct ServiceConfiguration: Sendable {
             return algs
         }
         openIDConfigurationURL = try variables.optional(
-            "GOOGLE_OPENID_CONFIGURATION_URL", default: Self.googleOpenIDConfigurationURL) { try Self.httpURL($0) }
+            "GOOGLE_OPENID_CONFIGURATION_URL", default: Self.googleOpenIDConfigurationURL) { try Self.keySourceURL($0) }
         serviceToken = try variables.optional("RISC_SERVICE_TOKEN", default: nil) { value -> String? in
             guard value.count >= 16 else { throw Problem("must be at least 16 characters") }
             return value
@@ -179,6 +182,13 @@ public struct ServiceConfiguration: Sendable {
         hostedDomains = try variables.optional("RISC_HOSTED_DOMAINS", default: []) { value in
             Set(value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty })
         }
+        idleTimeoutSeconds = try variables.optional("RISC_IDLE_TIMEOUT", default: 30) { try Self.seconds($0, in: 1...3600) }
+        shutdownTimeoutSeconds = try Self.shutdownTimeout(from: reader)
+    }
+
+    /// SIGTERM's bound, shared by `serve` and `worker`.
+    public static func shutdownTimeout(from reader: ConfigReader) throws(Invalid) -> Double {
+        try VariableReader(reader).optional("RISC_SHUTDOWN_TIMEOUT", default: 10) { try Self.seconds($0, in: 1...3600) }
     }
 
     /// Every variable with its effective value, in order, secrets replaced by `<redacted>` and the database
@@ -202,7 +212,13 @@ public struct ServiceConfiguration: Sendable {
             ("RISC_SESSION_TTL", String(sessionLifetimeSeconds)),
             ("RISC_SESSION_CACHE", sessionCache ? "on" : "off"),
             ("RISC_HOSTED_DOMAINS", hostedDomains.isEmpty ? "<unset>" : hostedDomains.sorted().joined(separator: ",")),
+            ("RISC_IDLE_TIMEOUT", Self.format(idleTimeoutSeconds)),
+            ("RISC_SHUTDOWN_TIMEOUT", Self.format(shutdownTimeoutSeconds)),
         ]
+    }
+
+    static func format(_ seconds: Double) -> String {
+        seconds == seconds.rounded() ? String(Int(seconds)) : String(seconds)
     }
 
     static func redactingPassword(_ url: String) -> String {
@@ -211,10 +227,17 @@ public struct ServiceConfiguration: Sendable {
         return components.string ?? "<redacted>"
     }
 
-    static func httpURL(_ value: String) throws -> String {
-        guard let url = URL(string: value), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil
-        else { throw Problem("must be an http(s) URL") }
+    /// A discovery document's URL: the keys it leads to decide what is accepted, so it must not travel in the clear.
+    static func keySourceURL(_ value: String) throws -> String {
+        guard URLPolicy.isHTTPSOrLoopback(value) else { throw Problem("must be an https:// URL (http:// only on loopback)") }
         return value
+    }
+
+    static func seconds(_ value: String, in range: ClosedRange<Double>) throws -> Double {
+        guard let seconds = Double(value), range.contains(seconds) else {
+            throw Problem("must be a number of seconds from \(Int(range.lowerBound)) to \(Int(range.upperBound))")
+        }
+        return seconds
     }
 }
 

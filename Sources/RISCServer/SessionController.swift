@@ -47,7 +47,7 @@ public struct SessionController<Context: RequestContext>: Sendable {
             ServiceMetrics.signIn(outcome: "unavailable")
             return JSONResponse.error(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
         }
-        switch try await sessions.signIn(token.profile) {
+        switch try await sessions.signIn(token.profile, issuedAt: token.issuedAt) {
         case .signedIn(let sessionToken, let expiresAt, let user):
             context.logger.info("Signed in", metadata: ["sub": "\(user.sub)"])
             ServiceMetrics.signIn(outcome: "success")
@@ -56,6 +56,11 @@ public struct SessionController<Context: RequestContext>: Sendable {
             context.logger.info("Refused a sign-in: disabled by an account-disabled event", metadata: ["sub": "\(token.profile.sub)"])
             ServiceMetrics.signIn(outcome: "account_disabled")
             return JSONResponse.error(.forbidden, "account_disabled")
+        case .tokenPredatesRevocation:
+            context.logger.info(
+                "Refused an ID token issued before the user's sessions were revoked", metadata: ["sub": "\(token.profile.sub)"])
+            ServiceMetrics.signIn(outcome: "invalid_token")
+            return JSONResponse.error(.unauthorized, "invalid_token")
         }
     }
 

@@ -60,6 +60,15 @@ public struct VaultController<Context: RequestContext>: Sendable {
         guard !body.sub.isEmpty, !body.refresh_token.isEmpty, !body.client_id.isEmpty else {
             return JSONResponse.error(.badRequest, "invalid_request", description: "sub, refresh_token and client_id must not be empty")
         }
+        // Google's refresh tokens are printable ASCII; only then is a token-revoked prefix (16 bytes) unambiguous.
+        guard TokenIdentifier.isPrintableASCII(body.refresh_token), body.refresh_token.utf8.count <= 4096 else {
+            return JSONResponse.error(
+                .badRequest, "invalid_request", description: "refresh_token must be printable ASCII (at most 4096 bytes)")
+        }
+        guard ClaimBounds.fits(body.sub), ClaimBounds.fits(body.client_id) else {
+            return JSONResponse.error(
+                .badRequest, "invalid_request", description: "sub and client_id must be at most \(ClaimBounds.maxIdentifierBytes) bytes")
+        }
         let id = try await grants.store(sub: body.sub, clientID: body.client_id, scopes: body.scopes ?? [], refreshToken: body.refresh_token)
         context.logger.info("Stored a grant", metadata: ["grant_id": "\(id)", "sub": "\(body.sub)"])
         return JSONResponse.make(status: .created, ["grant_id": id.uuidString.lowercased()])

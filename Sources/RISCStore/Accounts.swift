@@ -50,6 +50,8 @@ public struct SessionStore: Sendable {
         case signedIn(token: String, expiresAt: Date, user: UserView)
         /// An account-disabled event turned Google sign-in off for this user.
         case signInDisabled
+        /// The ID token was issued at or before the user's sessions were last revoked: it may be a hijacker's copy.
+        case tokenPredatesRevocation
     }
 
     public enum Lookup: Sendable {
@@ -85,14 +87,29 @@ public struct SessionStore: Sendable {
         Data(SHA256.hash(data: Data(token.utf8)))
     }
 
-    /// Creates or updates the user by `sub` and, unless sign-in is disabled for them, creates a session.
+    /// Creates or updates the user by `sub` and creates a session, unless sign-in is disabled for them or the
+    /// ID token predates their last session revocation; a refused sign-in writes nothing.
     /// Committed before it returns, so the token works at once on any connection.
-    public func signIn(_ profile: GoogleIDToken.Profile) async throws -> SignInOutcome {
+    public func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
         let token = Self.newToken()
         let hash = Self.tokenHash(token)
         let lifetime = Double(sessionLifetime.components.seconds)
         let result: SignInOutcome = try await client.transaction(logger: logger) { connection in
-            let rows = try await connection.query(
+            // The user's lock before any of the user's rows, as every worker action takes it (migration 0005): no
+            // event for this user is being applied while we decide, and the two cannot deadlock.
+            try await connection.query("SELECT risc_lock_user(\(profile.sub))", logger: logger)
+            let state = try await connection.query(
+                "SELECT sign_in_disabled, sessions_revoked_before FROM risc_users WHERE sub = \(profile.sub)", logger: logger)
+            var refusal: SignInOutcome?
+            for try await (disabled, revokedBefore) in state.decode((Bool, Date?).self) {
+                if let revokedBefore, issuedAt <= revokedBefore {
+                    refusal = .tokenPredatesRevocation
+                } else if disabled {
+                    refusal = .signInDisabled
+                }
+            }
+            if let refusal { return refusal }
+            try await connection.query(
                 """
                 INSERT INTO risc_users AS u (sub, email, email_verified, name, picture, hd, last_sign_in_at)
                 VALUES (\(profile.sub), \(profile.email), \(profile.emailVerified), \(profile.name), \(profile.picture),
@@ -100,15 +117,8 @@ public struct SessionStore: Sendable {
                 ON CONFLICT (sub) DO UPDATE
                    SET email = EXCLUDED.email, email_verified = EXCLUDED.email_verified, name = EXCLUDED.name,
                        picture = EXCLUDED.picture, hd = EXCLUDED.hd, last_sign_in_at = now(), updated_at = now()
-                RETURNING u.sign_in_disabled
                 """, logger: logger)
-            var disabled = false
-            for try await value in rows.decode(Bool.self) { disabled = value }
-            if disabled { return .signInDisabled }
-            // The lock a sessions-revoked event takes (migration 0003): once it is ours, no revocation for this
-            // user is in flight, and the session is stamped with the time it was really created.
-            try await connection.query(
-                "SELECT pg_advisory_xact_lock(hashtext('risc_sessions:' || \(profile.sub)))", logger: logger)
+            // Stamped with the time it is really created, so a revocation committed before it cannot miss it.
             let session = try await connection.query(
                 """
                 INSERT INTO risc_sessions (token_hash, sub, created_at, expires_at)

@@ -156,7 +156,8 @@ public struct AdminQueries: Sendable {
             object["issued_at"] = .timestamp(row.9)
             object["run_after"] = ["pending", "retry"].contains(row.4) ? .timestamp(row.10) : .null
             object["last_error"] = row.11.map(JSONValue.string) ?? .null
-            object["claims"] = (try? JSONValue.parse(Data(row.12.utf8))) ?? .null
+            // Exactly as received (a `json` column keeps the text): a number or escape is never rewritten.
+            object["claims"] = .verbatim(row.12)
             object["decoded_events"] = (try? JSONValue.parse(Data(row.13.utf8))) ?? .null
             found = .object(object)
         }

@@ -156,13 +156,14 @@ public final class EventInbox: Service, Sendable {
                 let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)
                 pending.continuation.resume(returning: stored.contains(key) ? .stored : .duplicate)
             }
-        } catch let error as PSQLError where error.isDataError {
+        } catch let error as PSQLError where error.isRefusalOfData {
             guard batch.count > 1 else {
                 logger.warning("A SET could not be stored", metadata: ["jti": "\(batch[0].event.jti)", "error": "\(error.serverInfo?[.message] ?? "")"])
                 batch[0].continuation.resume(throwing: Failure.unstorable)
                 return
             }
-            // One row's data failed the whole statement: store the others one by one.
+            // One row's data may have failed the whole statement: store them one by one, so that only that
+            // SET is refused and the others commit.
             for pending in batch { await commit([pending]) }
         } catch {
             logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(Self.describe(error))"])
@@ -231,9 +232,19 @@ private struct StoreEvents: PostgresPreparedStatement {
 }
 
 extension PSQLError {
-    /// SQLSTATE class 22 (data exception): the data was refused, the database itself is fine.
-    var isDataError: Bool {
-        code == .server && (serverInfo?[.sqlState]?.hasPrefix("22") ?? false)
+    /// SQLSTATE classes that say the database cannot take writes now, whatever the data: connection trouble,
+    /// transaction rollbacks (deadlock, serialization), resources, shutdown, system and internal errors, and a
+    /// schema or role that is not what the service expects. A SET failing with one of these gets 503.
+    static let unavailableClasses: Set<Substring> = [
+        "08", "25", "28", "3D", "3F", "40", "42", "53", "55", "57", "58", "F0", "XX",
+    ]
+
+    /// The server refused the statement for a reason that may lie in one row's data (any other SQLSTATE:
+    /// a data exception, a constraint, an index row too large, ...). Only a statement of that one row can
+    /// tell; its SET is then refused with 400, while the others commit.
+    var isRefusalOfData: Bool {
+        guard code == .server, let sqlState = serverInfo?[.sqlState] else { return false }
+        return !Self.unavailableClasses.contains(sqlState.prefix(2))
     }
 }
 

@@ -16,6 +16,8 @@ public struct EventQueue: Sendable {
         public var dead = 0
         public var sessionsRevoked = 0
         public var grantsDeleted = 0
+        /// token-revoked identifiers that matched more than one grant (all erased, flagged for admins).
+        public var ambiguousTokenIdentifiers = 0
         public init() {}
 
         mutating func add(_ other: BatchResult) {
@@ -26,6 +28,7 @@ public struct EventQueue: Sendable {
             dead += other.dead
             sessionsRevoked += other.sessionsRevoked
             grantsDeleted += other.grantsDeleted
+            ambiguousTokenIdentifiers += other.ambiguousTokenIdentifiers
         }
     }
 
@@ -42,7 +45,8 @@ public struct EventQueue: Sendable {
     struct Claimed {
         var id: Int64
         var attempts: Int
-        var actions: Result<[AccountAction], Failure>
+        /// Each action with the position of its event in the SET.
+        var actions: Result<[(position: Int, action: AccountAction)], Failure>
     }
 
     struct Failure: Error {
@@ -113,22 +117,22 @@ public struct EventQueue: Sendable {
         if let id {
             rows = try await connection.query(
                 """
-                SELECT id, events::text, attempts FROM risc_events
+                SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null') FROM risc_events
                 WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED
                 """, logger: logger)
         } else {
             rows = try await connection.query(
                 """
-                SELECT id, events::text, attempts FROM risc_events
+                SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null') FROM risc_events
                 WHERE status IN ('pending', 'retry') AND run_after <= now()
                 ORDER BY run_after, id LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 """, logger: logger)
         }
         var claimed: [Claimed] = []
-        for try await (id, eventsJSON, attempts) in rows.decode((Int64, String, Int32).self) {
-            let actions: Result<[AccountAction], Failure>
+        for try await (id, eventsJSON, attempts, audienceJSON) in rows.decode((Int64, String, Int32, String).self) {
+            let actions: Result<[(position: Int, action: AccountAction)], Failure>
             if let events = try? JSONDecoder().decode([SecurityEvent].self, from: Data(eventsJSON.utf8)) {
-                actions = .success(AccountAction.actions(for: events))
+                actions = .success(AccountAction.actions(for: events, audience: Self.audience(audienceJSON)))
             } else {
                 actions = .failure(Failure(message: "the stored events cannot be decoded"))
             }
@@ -137,20 +141,29 @@ public struct EventQueue: Sendable {
         return claimed
     }
 
+    /// The `aud` claim as a list: a string, or the strings of an array.
+    static func audience(_ json: String) -> [String] {
+        switch try? JSONValue.parse(Data(json.utf8)) {
+        case .string(let value)?: [value]
+        case .array(let values)?: values.compactMap(\.stringValue)
+        default: []
+        }
+    }
+
     /// Applies every decodable event's actions in one call, and schedules the others for retry.
     private func apply(_ claimed: [Claimed], on connection: PostgresConnection) async throws -> BatchResult {
         var result = BatchResult()
         result.claimed = claimed.count
         guard !claimed.isEmpty else { return result }
         // Ordered by user, so concurrent workers lock users' rows in the same order and cannot deadlock.
-        var planned: [(sub: String, event: Int64, index: Int, action: AccountAction)] = []
+        var planned: [(sub: String, event: Int64, position: Int, index: Int, action: AccountAction)] = []
         var done: [Int64] = []
         for event in claimed {
             switch event.actions {
             case .success(let actions):
                 done.append(event.id)
-                for (index, action) in actions.enumerated() {
-                    planned.append((action.sub ?? "", event.id, index, action))
+                for (index, (position, action)) in actions.enumerated() {
+                    planned.append((action.sub ?? "", event.id, position, index, action))
                 }
             case .failure(let failure):
                 let status = try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
@@ -158,24 +171,31 @@ public struct EventQueue: Sendable {
                 if status == "dead" { result.dead += 1 } else { result.retried += 1 }
             }
         }
+        // Sorted by user: the function takes each user's lock once, in the same order in every worker.
         planned.sort { ($0.sub, $0.event, $0.index) < ($1.sub, $1.event, $1.index) }
         let eventIDs = planned.map(\.event)
+        let positions = planned.map { Int32($0.position) }
         let kinds = planned.map(\.action.kind)
         let subs = planned.map(\.sub)
         let arguments = planned.map { $0.action.argument ?? "" }
+        let clientIDs = planned.map { JSONValue.array($0.action.clientIDs.map(JSONValue.string)).serialized }
         try await connection.query(
-            "SELECT risc_apply_actions(\(eventIDs), \(kinds), \(subs), \(arguments), \(done))", logger: logger)
+            """
+            SELECT risc_apply_actions(\(eventIDs), \(positions), \(kinds), \(subs), \(arguments), \(clientIDs), \(done))
+            """, logger: logger)
         result.done = done.count
         // What the batch changed, for the metrics (counted once it has committed).
         let totals = try await connection.query(
             """
             SELECT coalesce(sum(rows_affected) FILTER (WHERE kind = 'revoke_sessions'), 0)::int8,
-                   coalesce(sum(rows_affected) FILTER (WHERE kind LIKE 'delete_grant%'), 0)::int8
+                   coalesce(sum(rows_affected) FILTER (WHERE kind LIKE 'delete_grant%'), 0)::int8,
+                   count(*) FILTER (WHERE kind = 'ambiguous_token_identifier')::int8
             FROM risc_event_actions WHERE event_id = ANY(\(done))
             """, logger: logger)
-        for try await (sessions, grants) in totals.decode((Int64, Int64).self) {
+        for try await (sessions, grants, ambiguous) in totals.decode((Int64, Int64, Int64).self) {
             result.sessionsRevoked = Int(sessions)
             result.grantsDeleted = Int(grants)
+            result.ambiguousTokenIdentifiers = Int(ambiguous)
         }
         return result
     }

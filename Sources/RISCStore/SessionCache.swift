@@ -81,6 +81,14 @@ public final class SessionCache: Service, Sendable {
         }
     }
 
+    func invalidateAll() {
+        state.withLock { state in
+            state.epoch &+= 1
+            state.entries.removeAll()
+            state.hashesBySub.removeAll()
+        }
+    }
+
     /// Drops one session at once (sign-out in this process); the trigger tells the others.
     func remove(_ hash: Data) {
         state.withLock { state in
@@ -90,12 +98,8 @@ public final class SessionCache: Service, Sendable {
     }
 
     private func setListening(_ listening: Bool) {
-        state.withLock { state in
-            state.epoch &+= 1
-            state.entries.removeAll()
-            state.hashesBySub.removeAll()
-            state.listening = listening
-        }
+        invalidateAll()
+        state.withLock { $0.listening = listening }
     }
 
     /// Holds the LISTEN connection; reconnects after a failure, with the cache bypassed meanwhile.
@@ -139,8 +143,12 @@ public final class SessionCache: Service, Sendable {
                     self.setListening(true)
                     for try await notification in notifications {
                         lastHeard.withLock { $0 = .now }
-                        // An empty payload is the heartbeat.
-                        if !notification.payload.isEmpty { self.invalidate(sub: notification.payload) }
+                        // An empty payload is the heartbeat; `*` (a sub too long for a payload) drops everything.
+                        switch notification.payload {
+                        case "": break
+                        case "*": self.invalidateAll()
+                        default: self.invalidate(sub: notification.payload)
+                        }
                     }
                 }
             }

@@ -81,6 +81,7 @@ public final class EventWorker: Service, Sendable {
                         ServiceMetrics.eventsProcessed(result.dead, outcome: "dead")
                         ServiceMetrics.sessionsRevoked(result.sessionsRevoked)
                         ServiceMetrics.grantsDeleted(result.grantsDeleted)
+                        ServiceMetrics.ambiguousTokenIdentifiers(result.ambiguousTokenIdentifiers)
                         logger.debug("Processed a batch", metadata: ["done": "\(result.done)", "failed": "\(result.failed)"])
                     }
                     if result.claimed < settings.batchSize { break }

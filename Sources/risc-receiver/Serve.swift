@@ -35,9 +35,10 @@ struct Serve: AsyncParsableCommand {
         let app = buildApplication(
             configuration: configuration, dependencies: dependencies, logger: logger, expectedMigrations: expected,
             extraServices: worker)
-        // runService handles SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, the worker finishes
-        // its batch, then the pool closes.
-        try await app.runService()
+        // SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, the worker finishes its batch, then the
+        // pool closes; whatever still runs after RISC_SHUTDOWN_TIMEOUT (a stalled client, say) is cancelled.
+        try await Bootstrap.runUntilSignalled(
+            [.init(service: app)], shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
     }
 }
 
@@ -66,9 +67,12 @@ struct Worker: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let (databaseURL, maxAttempts) = try await Bootstrap.configuration(file: config.file) {
+        let (databaseURL, maxAttempts, shutdownTimeout) = try await Bootstrap.configuration(file: config.file) {
             reader throws(ServiceConfiguration.Invalid) in
-            (try ServiceConfiguration.databaseURL(from: reader), try ServiceConfiguration.maxAttempts(from: reader))
+            (
+                try ServiceConfiguration.databaseURL(from: reader), try ServiceConfiguration.maxAttempts(from: reader),
+                try ServiceConfiguration.shutdownTimeout(from: reader)
+            )
         }
         let logger = Bootstrap.logger("risc-receiver.worker")
         let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
@@ -82,11 +86,6 @@ struct Worker: AsyncParsableCommand {
             services.append(.init(service: buildMetricsApplication(host: metricsHost, port: metricsPort, postgres: postgres, logger: logger)))
         }
         services.append(.init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup))
-        let group = ServiceGroup(
-            configuration: .init(
-                services: services,
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger))
-        try await group.run()
+        try await Bootstrap.runUntilSignalled(services, shutdownTimeout: shutdownTimeout, logger: logger)
     }
 }

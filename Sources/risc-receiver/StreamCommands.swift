@@ -76,7 +76,7 @@ struct StreamUpdate: AsyncParsableCommand {
     }
 
     static func isLoopback(_ host: String) -> Bool {
-        ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host.lowercased())
+        URLPolicy.isLoopback(host: host)
     }
 }
 
@@ -122,20 +122,23 @@ struct StreamVerify: AsyncParsableCommand {
     @Option(help: "The state the verification SET echoes (default: a fresh random one).")
     var state: String?
 
-    @Option(help: "Seconds to wait for the SET to arrive in the database.")
-    var wait: Double?
+    @Flag(help: "Wait until the verification SET has arrived and is stored (needs DATABASE_URL).")
+    var wait = false
+
+    @Option(help: "With --wait: seconds to wait before giving up.")
+    var timeout: Double = 60
 
     @OptionGroup var options: StreamOptions
 
     func validate() throws {
-        if let wait, !(wait > 0 && wait <= 3600) { throw ValidationError("--wait must be 1 to 3600 seconds") }
+        guard timeout > 0 && timeout <= 3600 else { throw ValidationError("--timeout must be 1 to 3600 seconds") }
     }
 
     func run() async throws {
         let (management, _) = try await options.client()
         let state = self.state ?? "risc-verify-\(UUID().uuidString.lowercased())"
         let databaseURL: String? =
-            wait == nil
+            !wait
             ? nil
             : try await Bootstrap.configuration(file: options.config.file) { reader throws(ServiceConfiguration.Invalid) in
                 try ServiceConfiguration.databaseURL(from: reader)
@@ -143,12 +146,12 @@ struct StreamVerify: AsyncParsableCommand {
         let requested = ContinuousClock.now
         try await options.run { () async throws(RISCManagement.Failure) in try await management.verify(state: state) }
         print("Verification requested (state \(state)).")
-        guard let wait, let databaseURL else { return }
+        guard wait, let databaseURL else { return }
 
         let logger = Bootstrap.logger("risc-receiver.stream")
         let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
-        let deadline = requested + .milliseconds(Int(wait * 1000))
-        let received = try await client.whileRunning(timeout: .seconds(Int64(wait) + 30)) { client -> Bool in
+        let deadline = requested + .milliseconds(Int(timeout * 1000))
+        let received = try await client.whileRunning(timeout: .seconds(Int64(timeout) + 30)) { client -> Bool in
             let types = [EventType.verification.rawValue, EventType.ssfVerification.rawValue]
             while ContinuousClock.now < deadline {
                 let rows = try await client.query(
@@ -162,7 +165,7 @@ struct StreamVerify: AsyncParsableCommand {
             }
             return false
         }
-        guard received else { throw Bootstrap.fail("no verification SET with state \(state) arrived within \(wait) s") }
+        guard received else { throw Bootstrap.fail("no verification SET with state \(state) arrived within \(timeout) s") }
         let delay = ContinuousClock.now - requested
         let milliseconds = Double(delay.components.seconds) * 1000 + Double(delay.components.attoseconds) / 1e15
         print("Verification SET received and stored after \(String(format: "%.0f", milliseconds)) ms.")

@@ -3,6 +3,7 @@ import Configuration
 import Foundation
 import Logging
 import RISCServer
+import ServiceLifecycle
 import SystemPackage
 
 /// `--config FILE`: an optional JSON or YAML file of the same variables as the environment.
@@ -80,6 +81,23 @@ enum Bootstrap {
         // The real path of this executable (argv[0] may be a bare name found through PATH).
         let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         return executable.deletingLastPathComponent().appendingPathComponent("../share/risc-receiver/migrations").path
+    }
+
+    /// Runs long-lived services until SIGTERM or SIGINT. The services drain gracefully; after `shutdownTimeout`
+    /// seconds whatever is still running (a client that stalls mid-request holds its connection) is cancelled,
+    /// so the process always ends, with exit 0 when the shutdown was asked for.
+    static func runUntilSignalled(
+        _ services: [ServiceGroupConfiguration.ServiceConfiguration], shutdownTimeout: Double, logger: Logger
+    ) async throws {
+        var configuration = ServiceGroupConfiguration(
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        configuration.maximumGracefulShutdownDuration = .milliseconds(Int64(shutdownTimeout * 1000))
+        configuration.maximumCancellationDuration = .seconds(5)
+        do {
+            try await ServiceGroup(configuration: configuration).run()
+        } catch is CancellationError {
+            logger.warning("Shutdown took longer than RISC_SHUTDOWN_TIMEOUT; unfinished work was cancelled")
+        }
     }
 
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {

@@ -12,6 +12,9 @@ extension Harness {
     func idToken(sub: String, configure: (inout IDTokenRequest) -> Void = { _ in }) async throws -> String {
         var request = IDTokenRequest(sub: sub)
         request.email = "\(sub)@example.com"
+        // Google's iat has whole seconds; a token is refused when issued at or before the user's last session
+        // revocation, so a "later sign-in" must carry a later second, as it would for a real user.
+        request.iat = Date().timeIntervalSince1970.rounded(.down) + 1
         configure(&request)
         return try await transmitter.makeIDToken(request)
     }

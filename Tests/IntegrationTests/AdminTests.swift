@@ -133,7 +133,7 @@ struct AdminTests {
             for try await _ in try await harness.database.query(
                 """
                 UPDATE risc_events SET events = '[{"type": "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
-                  "subject": {"format": "iss_sub", "iss": "x", "sub": "\(unescaped: sub)"}}]' WHERE jti = \(broken) RETURNING id
+                  "subject": {"format": "iss_sub", "iss": "accounts.google.com", "sub": "\(unescaped: sub)"}}]' WHERE jti = \(broken) RETURNING id
                 """) {}
             let replay = try await admin(harness, "/admin/v1/events/\(Table.number(deadID))/replay", method: .POST)
             #expect(replay.status == 202)

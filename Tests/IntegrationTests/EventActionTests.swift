@@ -207,8 +207,12 @@ struct EventActionTests {
             try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = now }
             let stale = try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now - 60 }
             #expect(try await harness.signIn(sub: sub).status == 200)
-            #expect(try await harness.actions(jti: stale) == [.init(kind: "disable_sign_in", rows: 0)])
-            // A stale hijacking report changes nothing either: the sessions stay.
+            #expect(
+                try await harness.actions(jti: stale) == [
+                    .init(kind: "disable_sign_in", rows: 0, detail: "skipped, the account state is newer than the event")
+                ])
+            // A stale hijacking report leaves the account state alone, and only ends sessions created up to its iat:
+            // this one is newer and stays.
             let session = try await harness.newSession(sub: sub)
             let staleHijack = try await harness.sendAndWait("account-disabled", sub: sub) {
                 $0.iat = now - 30
@@ -217,8 +221,8 @@ struct EventActionTests {
             #expect(try await harness.checkSession(session).status == 200)
             #expect(
                 try await harness.actions(jti: staleHijack) == [
-                    .init(kind: "disable_sign_in", rows: 0, detail: "hijacking"),
-                    .init(kind: "revoke_sessions", rows: 0, detail: "skipped: the event is older than the account state"),
+                    .init(kind: "disable_sign_in", rows: 0, detail: "hijacking: skipped, the account state is newer than the event"),
+                    .init(kind: "revoke_sessions", rows: 0, detail: "stale event: only sessions created up to its iat"),
                 ])
         }
     }

@@ -183,7 +183,7 @@ struct Harness {
         var claims: [String: JSONValue] = [
             "iss": .string(transmitter.issuer), "aud": .string(Self.audience),
             "iat": .number(Date().timeIntervalSince1970.rounded(.down)), "jti": .string(UUID().uuidString),
-            "events": [EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": "iss-sub", "iss": .string(transmitter.issuer), "sub": "u-1"]]],
+            "events": [EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": "iss-sub", "iss": "https://accounts.google.com", "sub": "u-1"]]],
         ]
         change(&claims)
         return .object(claims)

@@ -1,3 +1,4 @@
+import DevTransmitter
 import Foundation
 import RISC
 import Testing
@@ -33,16 +34,31 @@ struct KeyAndOutageTests {
         }
     }
 
-    @Test("The unknown-kid refetch is rate-limited")
+    @Test("The unknown-kid refetch is rate-limited, and a kid seen during the cooldown is asked to retry, not refused")
     func rateLimitedRefetch() async throws {
         var options = Harness.Options()
-        options.unknownKidRefetchInterval = 30
+        options.unknownKidRefetchInterval = 3
         try await Harness.with(options) { harness in
-            // The first SET loads the keys; a rotation right after cannot be picked up for 30 s.
             #expect(try await harness.postNewSET().status == 202)
+            // Past the cooldown of the start-up fetch, an attacker spends the refetch with a junk kid: a real
+            // refetch did not find it, so 400.
+            try await Task.sleep(for: .seconds(3.2))
+            let impostor = try await DevTransmitter(settings: .init(port: 0), logger: Harness.logger)
+            #expect(try await harness.post(try await impostor.sign(claims: harness.claims())).rejection?.err == "invalid_key")
+            // The transmitter rotates inside the cooldown: its SET must not be refused for good (400 is final
+            // for a transmitter), but answered 503 with the seconds left.
             _ = try await harness.transmitter.rotateKeys(retireOld: false)
-            let first = try await harness.postNewSET()
-            #expect(first.rejection?.err == "invalid_key")
+            let token = try await harness.makeSET("sessions-revoked")
+            let reply = try await harness.post(token)
+            #expect(reply.status == 503, "\(reply.body)")
+            let retryAfter = try #require(reply.headers["Retry-After"].first.flatMap(Int.init))
+            #expect((1...3).contains(retryAfter))
+            #expect(try await harness.stored(jti: jti(of: token)).isEmpty)
+            // Junk kids inside the cooldown are 503 too: none of them can turn a real key away.
+            #expect(try await harness.post(try await impostor.sign(claims: harness.claims())).status == 503)
+            // The transmitter's retry after Retry-After is accepted: nothing is lost.
+            try await Task.sleep(for: .seconds(retryAfter))
+            #expect(try await harness.post(token).status == 202)
         }
     }
 

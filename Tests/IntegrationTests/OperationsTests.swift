@@ -78,6 +78,8 @@ struct OperationsTests {
 
             var idRequest = IDTokenRequest(sub: sub)
             idRequest.email = "\(sub)@example.com"
+            // Issued after the sessions-revoked above (an earlier ID token no longer signs this user in).
+            idRequest.iat = Date().timeIntervalSince1970.rounded(.down) + 1
             let idToken = try await transmitter.makeIDToken(idRequest)
             secrets["ID token"] = idToken
             let signIn = try await client.send(.POST, "/tokensignin", body: "idtoken=\(idToken)", contentType: "application/x-www-form-urlencoded")

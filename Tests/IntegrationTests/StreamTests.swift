@@ -59,10 +59,14 @@ struct StreamTests {
 
             #expect(try await stream(["enable"]).status == 0)
             let state = "round-trip-\(UUID().uuidString)"
-            let verify = try await stream(["verify", "--state", state, "--wait", "20"])
+            let verify = try await stream(["verify", "--state", state, "--wait", "--timeout", "20"])
             #expect(verify.status == 0, "\(verify.output)")
             #expect(verify.output.contains("received and stored after"))
             #expect(try await verificationsStored(state: state, in: harness) == 1)
+            // SPEC §6 writes a bare --wait: it waits with the default timeout.
+            let bare = try await stream(["verify", "--wait"])
+            #expect(bare.status == 0, "\(bare.output)")
+            #expect(bare.output.contains("received and stored after"))
 
             let narrow = try await stream(["update", "--url", harness.eventsURL, "--events", "sessions-revoked", "verification"])
             #expect(narrow.status == 0)

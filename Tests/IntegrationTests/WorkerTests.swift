@@ -50,7 +50,7 @@ struct IsolatedDatabase {
             INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
             SELECT 'https://transmitter.test/', 'jti-' || i, ARRAY[t.uri], 'u-' || i,
                    jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-                       'type', t.uri, 'subject', jsonb_build_object('format', 'iss_sub', 'iss', 'https://transmitter.test/', 'sub', 'u-' || i),
+                       'type', t.uri, 'subject', jsonb_build_object('format', 'iss_sub', 'iss', 'https://accounts.google.com', 'sub', 'u-' || i),
                        'reason', CASE WHEN i % 2 = 1 THEN 'hijacking' END))),
                    '{}'::jsonb, now()
             FROM generate_series(1, \(count)) AS i,

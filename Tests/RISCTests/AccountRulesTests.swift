@@ -17,7 +17,7 @@ struct AccountRulesTests {
             (event(.sessionsRevoked), [.revokeSessions(sub: "42")]),
             (event(.caepSessionRevoked), [.revokeSessions(sub: "42")]),
             (event(.tokensRevoked), [.revokeSessions(sub: "42"), .deleteGrants(sub: "42")]),
-            (event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)), [.deleteGrant(identifier)]),
+            (event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)), [.deleteGrant(identifier, clientIDs: ["app"])]),
             (event(.accountDisabled), [.disableSignIn(sub: "42", reason: nil)]),
             (event(.accountDisabled, reason: "hijacking"), [.disableSignIn(sub: "42", reason: "hijacking"), .revokeSessions(sub: "42")]),
             (event(.accountDisabled, reason: "bulk-account"), [.disableSignIn(sub: "42", reason: "bulk-account"), .flagForReview(sub: "42")]),
@@ -28,23 +28,58 @@ struct AccountRulesTests {
             (event(.ssfVerification, state: "s-2"), [.recordVerification(state: "s-2")]),
         ]
         for (event, actions) in expected {
-            #expect(AccountAction.actions(for: event) == actions, "\(event.shortName)")
+            #expect(AccountAction.actions(for: event, audience: ["app"]) == actions, "\(event.shortName)")
         }
         #expect(Set(expected.compactMap(\.0.type)) == Set(EventType.allCases))
     }
 
     @Test("The id_token_claims subject works like iss-sub")
     func idTokenClaimsSubject() {
-        let event = event(.sessionsRevoked, subject: .idTokenClaims(iss: "i", sub: "7", email: "a@example.com"))
-        #expect(AccountAction.actions(for: event) == [.revokeSessions(sub: "7")])
+        let event = event(.sessionsRevoked, subject: .idTokenClaims(iss: "accounts.google.com", sub: "7", email: "a@example.com"))
+        #expect(AccountAction.actions(for: event, audience: []) == [.revokeSessions(sub: "7")])
     }
 
     @Test("A subject that names no Google account, or the wrong kind, is skipped with a reason")
     func skipped() {
-        #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .email("a@example.com"))).map(\.kind) == ["skip"])
-        #expect(AccountAction.actions(for: event(.tokenRevoked)).map(\.kind) == ["skip"])
+        #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .email("a@example.com")), audience: []).map(\.kind) == ["skip"])
+        #expect(AccountAction.actions(for: event(.tokenRevoked), audience: []).map(\.kind) == ["skip"])
         let unknown = SecurityEvent(typeURI: "https://example.com/new", type: nil, subject: subject)
-        #expect(AccountAction.actions(for: unknown).map(\.kind) == ["skip"])
+        #expect(AccountAction.actions(for: unknown, audience: []).map(\.kind) == ["skip"])
+    }
+
+    @Test("Only a non-empty sub issued by Google's sign-in names a user")
+    func subjectIssuer() {
+        for iss in ["https://accounts.google.com", "https://accounts.google.com/", "accounts.google.com"] {
+            #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .issuerAndSubject(iss: iss, sub: "9")), audience: [])
+                == [.revokeSessions(sub: "9")])
+        }
+        let skips: [(Subject, String)] = [
+            (.issuerAndSubject(iss: "https://evil.example", sub: "9"), "the subject was not issued by Google's sign-in"),
+            (.idTokenClaims(iss: "https://accounts.google.com.evil.example", sub: "9", email: nil), "the subject was not issued by Google's sign-in"),
+            (.issuerAndSubject(iss: "https://accounts.google.com", sub: ""), "the subject's sub is empty"),
+        ]
+        for (subject, reason) in skips {
+            #expect(AccountAction.actions(for: event(.accountDisabled, subject: subject, reason: "hijacking"), audience: []) == [.skip(reason: reason)])
+        }
+    }
+
+    @Test("token-revoked acts on refresh tokens only, within the SET's audiences")
+    func tokenRevokedScope() {
+        let identifier = TokenIdentifier.prefix("1//0gabcdefghijk")
+        for tokenType: String? in ["access_token", nil, "Refresh_Token"] {
+            #expect(
+                AccountAction.actions(for: event(.tokenRevoked, subject: .oauthToken(tokenType: tokenType, identifier: identifier)), audience: ["a"])
+                    .map(\.kind) == ["skip"])
+        }
+        let actions = AccountAction.actions(
+            for: event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)), audience: ["a", "b"])
+        #expect(actions.map(\.clientIDs) == [["a", "b"]])
+    }
+
+    @Test("Each action knows the position of its event in the SET")
+    func positions() {
+        let events = [event(.accountDisabled, reason: "hijacking"), event(.sessionsRevoked)]
+        #expect(AccountAction.actions(for: events, audience: []).map(\.position) == [0, 0, 1])
     }
 
     @Test("Hash identifiers are stored and matched in one canonical spelling")
@@ -54,8 +89,8 @@ struct AccountRulesTests {
         let urlSafeUnpadded = canonical.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
         let identifier = try #require(TokenIdentifier(algorithm: "hash_base64_sha512_sha512", value: urlSafeUnpadded))
-        #expect(AccountAction.deleteGrant(identifier).argument == canonical)
-        #expect(AccountAction.deleteGrant(identifier).kind == "delete_grant_by_hash")
+        #expect(AccountAction.deleteGrant(identifier, clientIDs: []).argument == canonical)
+        #expect(AccountAction.deleteGrant(identifier, clientIDs: []).kind == "delete_grant_by_hash")
     }
 
     @Test("Retries back off exponentially with jitter, capped, then dead-letter")

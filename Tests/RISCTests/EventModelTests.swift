@@ -32,7 +32,7 @@ struct EventModelTests {
     @Test("The Shared Signals form: a top-level sub_id with format iss_sub")
     func sharedSignalsForm() throws {
         let claims = T.claims(events: [EventType.caepSessionRevoked.rawValue: ["event_timestamp": 1_700_000_000]]) {
-            $0["sub_id"] = ["format": "iss_sub", "iss": "https://idp.example/", "sub": "user-2"]
+            $0["sub_id"] = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": "user-2"]
         }
         let token = try T.parse(T.compact(claims: claims))
         #expect(token.primaryEvent?.type == .caepSessionRevoked)

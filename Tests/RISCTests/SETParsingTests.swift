@@ -97,6 +97,33 @@ struct SETRejectionTests {
         }
     }
 
+    @Test("An unsecured token (empty signature segment) is judged by its alg: invalid_key, never invalid_request")
+    func emptySignature() {
+        for alg in ["none", "RS256"] {
+            let token = T.compact(header: T.header(alg: alg)).split(separator: ".").prefix(2).joined(separator: ".") + "."
+            #expect(T.rejection(token)?.code == .invalidKey, "\(alg)")
+        }
+    }
+
+    @Test("iss, jti and every subject identifier are bounded to 256 bytes: longer is invalid_request")
+    func claimBounds() throws {
+        let long = String(repeating: "x", count: ClaimBounds.maxIdentifierBytes + 1)
+        let atBound = String(repeating: "x", count: ClaimBounds.maxIdentifierBytes)
+        #expect(T.rejection(T.compact(claims: T.claims { $0["jti"] = .string(long) }))?.code == .invalidRequest)
+        #expect(T.rejection(T.compact(claims: T.claims { $0["iss"] = .string(long) }))?.code == .invalidRequest)
+        #expect(T.rejection(T.compact(claims: T.claims { $0["jti"] = .string(atBound) })) == nil)
+        for member in ["sub", "iss", "email"] {
+            var subject: [String: JSONValue] = ["subject_type": "id_token_claims", "iss": "https://accounts.google.com", "sub": "1"]
+            subject[member] = .string(long)
+            let events: JSONValue = [EventType.sessionsRevoked.rawValue: ["subject": .object(subject)]]
+            #expect(T.rejection(T.compact(claims: T.claims(events: events)))?.code == .invalidRequest, "\(member)")
+        }
+        let subID = T.claims { $0["sub_id"] = ["format": "opaque", "id": .string(long)] }
+        #expect(T.rejection(T.compact(claims: subID))?.code == .invalidRequest)
+        // Bytes, not characters: 200 two-byte characters are 400 bytes.
+        #expect(T.rejection(T.compact(claims: T.claims { $0["jti"] = .string(String(repeating: "\u{00E9}", count: 200)) }))?.code == .invalidRequest)
+    }
+
     @Test("An algorithm off the allow-list is invalid_key")
     func offAllowList() {
         #expect(T.rejection(T.compact(header: T.header(alg: "RS384")))?.code == .invalidKey)

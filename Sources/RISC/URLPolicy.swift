@@ -1,0 +1,19 @@
+import Foundation
+
+/// Where the service may fetch keys from or send credentials to: `https`, or plain `http` to this machine
+/// only (the development transmitter). Anything else can be read or altered on the way.
+public enum URLPolicy {
+    public static func isHTTPSOrLoopback(_ text: String) -> Bool {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty
+        else { return false }
+        return scheme == "https" || (scheme == "http" && isLoopback(host: host))
+    }
+
+    /// `localhost`, `::1`, or an address in 127.0.0.0/8.
+    public static func isLoopback(host: String) -> Bool {
+        let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        if host == "localhost" || host == "::1" { return true }
+        let octets = host.split(separator: ".", omittingEmptySubsequences: false)
+        return octets.count == 4 && octets[0] == "127" && octets.allSatisfy { UInt8($0) != nil }
+    }
+}

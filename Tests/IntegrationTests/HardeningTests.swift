@@ -1,0 +1,458 @@
+import DevTransmitter
+import Foundation
+import PostgresNIO
+import RISC
+import Testing
+
+/// The defects a hostile sender could reach (issue 10), each pinned by a test that failed before its fix.
+@Suite("Hardening: what a hostile sender could break", .timeLimit(.minutes(3)))
+struct HardeningTests {
+    static var options: Harness.Options {
+        var options = Harness.Options()
+        options.worker = true
+        return options
+    }
+
+    func user() -> String { "hard-\(UUID().uuidString.prefix(8))" }
+
+    /// A signed SET whose events the test writes itself; the subject's issuer is Google's sign-in unless told.
+    func signedSET(
+        _ harness: Harness, iat: Double? = nil, events: [String: JSONValue], audience: JSONValue = .string(Harness.audience)
+    ) async throws -> String {
+        try await harness.sign(
+            harness.claims { claims in
+                claims["events"] = .object(events)
+                claims["aud"] = audience
+                if let iat { claims["iat"] = .number(iat) }
+            })
+    }
+
+    static func subject(_ sub: String, iss: String = "https://accounts.google.com") -> JSONValue {
+        ["subject_type": "iss-sub", "iss": .string(iss), "sub": .string(sub)]
+    }
+
+    func postAndWait(_ harness: Harness, _ token: String) async throws {
+        let reply = try await harness.post(token)
+        #expect(reply.status == 202, "\(reply.body)")
+        #expect(try await harness.waitUntilProcessed(jti: jti(of: token)) == "done")
+    }
+
+    func sessionCount(_ harness: Harness, sub: String) async throws -> Int {
+        for try await count in try await harness.database.query("SELECT count(*)::int8 FROM risc_sessions WHERE sub = \(sub)")
+            .decode(Int64.self)
+        {
+            return Int(count)
+        }
+        return 0
+    }
+
+    // MARK: 1. A revoked user cannot mint a new session with an old ID token.
+
+    @Test("An ID token issued before a revocation no longer signs in, after each revoking event", arguments: [
+        "sessions-revoked", "tokens-revoked", "hijacking",
+    ])
+    func oldIDTokenAfterRevocation(kind: String) async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            // The hijacker's copy: issued now, valid for an hour.
+            let stolen = try await harness.transmitter.makeIDToken(IDTokenRequest(sub: sub))
+            let first = try await harness.call(.POST, "/tokensignin", form: ["idtoken": stolen])
+            #expect(first.status == 200, "\(first.body)")
+            if kind == "hijacking" {
+                try await harness.sendAndWait("account-disabled", sub: sub) { $0.reason = "hijacking" }
+            } else {
+                try await harness.sendAndWait(kind, sub: sub)
+            }
+            let sessionsBefore = try await sessionCount(harness, sub: sub)
+            let again = try await harness.call(.POST, "/tokensignin", form: ["idtoken": stolen])
+            #expect(again.status == 401, "\(again.body)")
+            #expect(again.error == "invalid_token")
+            #expect(try await sessionCount(harness, sub: sub) == sessionsBefore, "a refused sign-in created a session")
+            if kind != "hijacking" {
+                // The user's own later sign-in, with a token issued after the revocation, works.
+                #expect(try await harness.signIn(sub: sub).status == 200)
+            }
+        }
+    }
+
+    // MARK: 2. One oversized or unstorable claim fails only its own SET.
+
+    @Test("An oversized jti, iss or sub is refused alone; SETs committed beside it are accepted")
+    func oversizedClaims() async throws {
+        try await Harness.with { harness in
+            let huge = String(repeating: "x", count: 4000)
+            let oversized = [
+                try await harness.sign(harness.claims { $0["jti"] = .string(huge) }),
+                try await harness.sign(harness.claims { $0["iss"] = .string(huge) }),
+                try await signedSET(harness, events: [EventType.sessionsRevoked.rawValue: ["subject": Self.subject(huge)]]),
+                try await harness.sign(harness.claims { $0["sub_id"] = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(huge)] }),
+            ]
+            let valid = try await (0..<12).asyncMap { _ in try await harness.makeSET("sessions-revoked") }
+            let replies = try await withThrowingTaskGroup(of: (Bool, String, Harness.Reply).self) { group in
+                for token in oversized { group.addTask { (false, token, try await harness.post(token)) } }
+                for token in valid { group.addTask { (true, token, try await harness.post(token)) } }
+                var replies: [(Bool, String, Harness.Reply)] = []
+                for try await reply in group { replies.append(reply) }
+                return replies
+            }
+            for (isValid, token, reply) in replies {
+                if isValid {
+                    #expect(reply.status == 202, "\(reply.body)")
+                    #expect(try await harness.stored(jti: jti(of: token)).count == 1)
+                } else {
+                    #expect(reply.status == 400, "\(reply.body)")
+                    #expect(reply.rejection?.err == "invalid_request")
+                }
+            }
+            // Just over the bound is refused; exactly at it is accepted.
+            let atBound = String(repeating: "j", count: ClaimBounds.maxIdentifierBytes)
+            #expect(try await harness.post(try await harness.sign(harness.claims { $0["jti"] = .string(atBound) })).status == 202)
+            let over = try await harness.post(try await harness.sign(harness.claims { $0["jti"] = .string(atBound + "j") }))
+            #expect(over.rejection?.err == "invalid_request")
+        }
+    }
+
+    @Test("A row PostgreSQL refuses for any SQLSTATE fails only its SET with 400; the batch beside it commits")
+    func databaseRefusesOneRow() async throws {
+        try await IsolatedDatabase.with { database in
+            var options = Harness.Options()
+            options.databaseURL = database.url
+            try await Harness.with(options) { harness in
+                // A constraint stands in for any refusal the core cannot foresee (SQLSTATE 23514, not a class-22
+                // data exception).
+                try await harness.database.query(
+                    "ALTER TABLE risc_events ADD CONSTRAINT no_poison CHECK (jti NOT LIKE 'poison-%') NOT VALID")
+                let poison = try await harness.sign(harness.claims { $0["jti"] = .string("poison-\(UUID().uuidString)") })
+                let valid = try await (0..<20).asyncMap { _ in try await harness.makeSET("sessions-revoked") }
+                let replies = try await withThrowingTaskGroup(of: (String, Harness.Reply).self) { group in
+                    group.addTask { (poison, try await harness.post(poison)) }
+                    for token in valid { group.addTask { (token, try await harness.post(token)) } }
+                    var replies: [(String, Harness.Reply)] = []
+                    for try await reply in group { replies.append(reply) }
+                    return replies
+                }
+                for (token, reply) in replies {
+                    if token == poison {
+                        #expect(reply.status == 400, "\(reply.body)")
+                        #expect(reply.rejection?.err == "invalid_request")
+                    } else {
+                        #expect(reply.status == 202, "\(reply.body)")
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("A sub too long for a NOTIFY payload does not fail the transaction that changes the user")
+    func longSubNotification() async throws {
+        try await Harness.with { harness in
+            let sub = String(repeating: "n", count: 9000)
+            try await harness.database.query("INSERT INTO risc_users (sub) VALUES (\(sub))")
+            // The session-cache trigger notifies on every update of a user.
+            try await harness.database.query("UPDATE risc_users SET review_required = true WHERE sub = \(sub)")
+            try await harness.database.query("DELETE FROM risc_users WHERE sub = \(sub)")
+        }
+    }
+
+    // MARK: 4. token-revoked matches only what it names.
+
+    @Test("token-revoked: only the SET's clients, only refresh tokens, and a shared prefix is erased and flagged")
+    func tokenRevokedScope() async throws {
+        try await Harness.with(Self.options) { harness in
+            let prefix = "1//0g" + String(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(11))
+            #expect(prefix.utf8.count == 16)
+            let ours = try await harness.storeGrant(sub: user(), refreshToken: prefix + "-ours")
+            let foreign = try await harness.call(
+                .POST, "/v1/grants", bearer: Harness.serviceToken,
+                json: ["sub": .string(user()), "refresh_token": .string(prefix + "-theirs"), "client_id": "third-party-client"])
+            let foreignID = try #require(foreign.json["grant_id"]?.stringValue)
+            func revoked(_ tokenType: String, alg: String = "prefix", value: String = prefix) -> [String: JSONValue] {
+                [EventType.tokenRevoked.rawValue: [
+                    "subject": [
+                        "subject_type": "oauth_token", "token_type": .string(tokenType), "token_identifier_alg": .string(alg),
+                        "token": .string(value),
+                    ],
+                ]]
+            }
+            // An access token's identifier never erases a refresh token.
+            let accessToken = try await signedSET(harness, events: revoked("access_token"))
+            try await postAndWait(harness, accessToken)
+            #expect(try await harness.actions(jti: jti(of: accessToken)).map(\.kind) == ["skip"])
+            #expect(try await !harness.ciphertextIsErased(grantID: ours))
+
+            // Only the grant of the SET's audience is erased; another client's grant with the same prefix stays.
+            let scoped = try await signedSET(harness, events: revoked("refresh_token"))
+            try await postAndWait(harness, scoped)
+            #expect(try await harness.ciphertextIsErased(grantID: ours))
+            #expect(try await !harness.ciphertextIsErased(grantID: foreignID))
+            #expect(try await harness.actions(jti: jti(of: scoped)) == [.init(kind: "delete_grant_by_prefix", rows: 1, detail: prefix)])
+
+            // Two grants of our client sharing the prefix: both erased (fail safe), and the event is flagged.
+            let shared = "1//0h" + String(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(11))
+            let a = try await harness.storeGrant(sub: user(), refreshToken: shared + "-a")
+            let b = try await harness.storeGrant(sub: user(), refreshToken: shared + "-b")
+            let ambiguous = try await signedSET(harness, events: revoked("refresh_token", value: shared))
+            try await postAndWait(harness, ambiguous)
+            #expect(try await harness.ciphertextIsErased(grantID: a))
+            #expect(try await harness.ciphertextIsErased(grantID: b))
+            let actions = try await harness.actions(jti: jti(of: ambiguous))
+            #expect(actions.map(\.kind) == ["delete_grant_by_prefix", "ambiguous_token_identifier"])
+            #expect(actions.last?.rows == 2)
+        }
+    }
+
+    // MARK: 5. Staleness is per event and per user.
+
+    @Test("A stale account-disabled never suppresses another event of its SET")
+    func staleEventInMultiEventSET() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let session = try await harness.newSession(sub: sub)
+            let now = Date().timeIntervalSince1970
+            try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = now + 60 }
+            // One SET: a stale account-disabled (bulk-account) and a sessions-revoked, for the same user.
+            let token = try await signedSET(
+                harness, iat: now,
+                events: [
+                    EventType.accountDisabled.rawValue: ["subject": Self.subject(sub), "reason": "bulk-account"],
+                    EventType.sessionsRevoked.rawValue: ["subject": Self.subject(sub)],
+                ])
+            try await postAndWait(harness, token)
+            #expect(try await harness.checkSession(session).error == "session_revoked")
+            #expect(try await harness.signIn(sub: sub).status == 200, "the stale disable changed the account state")
+        }
+    }
+
+    @Test("A stale hijacking report revokes the sessions created up to its iat, without changing the account state")
+    func staleHijacking() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let early = try await harness.newSession(sub: sub)
+            try await Task.sleep(for: .milliseconds(300))
+            let reportedAt = Date().timeIntervalSince1970
+            try await Task.sleep(for: .milliseconds(300))
+            let late = try await harness.newSession(sub: sub)
+            try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = reportedAt + 60 }
+            let jti = try await harness.sendAndWait("account-disabled", sub: sub) {
+                $0.reason = "hijacking"
+                $0.iat = reportedAt
+            }
+            #expect(try await harness.checkSession(early).error == "session_revoked")
+            #expect(try await harness.checkSession(late).status == 200)
+            let actions = try await harness.actions(jti: jti)
+            #expect(actions.map(\.kind) == ["disable_sign_in", "revoke_sessions"])
+            #expect(actions.map(\.rows) == [0, 1])
+            #expect(try await harness.signIn(sub: sub).status == 200, "the stale report disabled sign-in")
+        }
+    }
+
+    // MARK: 6. One lock order: sign-in and the worker never deadlock.
+
+    @Test("Concurrent sign-ins and events for one user never deadlock")
+    func signInAndWorkerLockOrder() async throws {
+        try await Harness.with(Self.options) { harness in
+            let subs = (0..<3).map { _ in user() }
+            for sub in subs { _ = try await harness.newSession(sub: sub) }
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for round in 0..<15 {
+                    for sub in subs {
+                        group.addTask { try await harness.signIn(sub: sub).status }
+                        group.addTask {
+                            let type = ["tokens-revoked", "account-disabled", "account-enabled"][round % 3]
+                            return try await harness.post(
+                                try await harness.makeSET(type, sub: sub) { $0.reason = round % 2 == 0 ? "hijacking" : nil }
+                            ).status
+                        }
+                    }
+                }
+                var statuses: [Int] = []
+                for try await status in group { statuses.append(status) }
+                return statuses
+            }
+            #expect(statuses.allSatisfy { [200, 202, 401, 403].contains($0) }, "\(statuses.filter { ![200, 202, 401, 403].contains($0) })")
+            let deadline = ContinuousClock.now + .seconds(20)
+            var failed = -1
+            while ContinuousClock.now < deadline {
+                for try await (pending, errors) in try await harness.database.query(
+                    """
+                    SELECT count(*) FILTER (WHERE status IN ('pending', 'retry'))::int8,
+                           count(*) FILTER (WHERE last_error LIKE '%deadlock%' OR attempts > 1)::int8
+                    FROM risc_events WHERE subject_sub = ANY(\(subs))
+                    """
+                ).decode((Int64, Int64).self) {
+                    failed = pending == 0 ? Int(errors) : -1
+                }
+                if failed >= 0 { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(failed == 0, "events failed or were retried (deadlock?)")
+        }
+    }
+
+    // MARK: 7, 12. Subjects that name no user of ours.
+
+    @Test("An empty sub, a non-string sub, or a subject from another issuer changes no user, and the skip is recorded")
+    func subjectsThatNameNoUser() async throws {
+        try await Harness.with(Self.options) { harness in
+            let victim = user()
+            let session = try await harness.newSession(sub: victim)
+            let cases: [(JSONValue, String)] = [
+                (Self.subject(victim, iss: "https://evil.example"), "the subject was not issued by Google's sign-in"),
+                (Self.subject(victim, iss: harness.transmitter.issuer), "the subject was not issued by Google's sign-in"),
+                (Self.subject(""), "the subject's sub is empty"),
+                (["subject_type": "iss-sub", "iss": "https://accounts.google.com", "sub": 42], "the subject names no Google account"),
+            ]
+            for (subject, reason) in cases {
+                let token = try await signedSET(harness, events: [EventType.sessionsRevoked.rawValue: ["subject": subject]])
+                try await postAndWait(harness, token)
+                #expect(try await harness.actions(jti: jti(of: token)) == [.init(kind: "skip", rows: 0, detail: reason)])
+            }
+            #expect(try await harness.checkSession(session).status == 200)
+            for try await count in try await harness.database.query("SELECT count(*)::int8 FROM risc_users WHERE sub = ''")
+                .decode(Int64.self)
+            {
+                #expect(count == 0, "a user row with an empty sub was created")
+            }
+            // Google's own sample spells the issuer with a trailing slash: that names the user.
+            let sample = try await signedSET(
+                harness, events: [EventType.sessionsRevoked.rawValue: ["subject": Self.subject(victim, iss: "https://accounts.google.com/")]])
+            try await postAndWait(harness, sample)
+            #expect(try await harness.checkSession(session).error == "session_revoked")
+        }
+    }
+
+    // MARK: 13. Prefixes in bytes, and ASCII-only vault tokens.
+
+    @Test("The vault refuses a refresh token that is not printable ASCII")
+    func vaultRefusesNonASCII() async throws {
+        try await Harness.with { harness in
+            for token in ["1//0g\u{00E9}t\u{0301}oken", "1//0g token", "1//0g\u{0000}x"] {
+                let reply = try await harness.call(
+                    .POST, "/v1/grants", bearer: Harness.serviceToken,
+                    json: ["sub": .string(user()), "refresh_token": .string(token), "client_id": .string(Harness.audience)])
+                #expect(reply.status == 400, "\(reply.body)")
+                #expect(reply.error == "invalid_request")
+            }
+        }
+    }
+
+    // MARK: 14. The audit trail keeps the claims as received.
+
+    @Test("The admin API shows the claims exactly as received: a 30-digit number and escapes are not rewritten")
+    func claimsVerbatim() async throws {
+        try await Harness.with { harness in
+            let jti = UUID().uuidString
+            let payload = """
+                {"iss":"\(harness.transmitter.issuer)","aud":"\(Harness.audience)","iat":\(Int(Date().timeIntervalSince1970)),\
+                "jti":"\(jti)","n":123456789012345678901234567890,"e":1E2,"s":"caf\\u00e9",\
+                "events":{"https://example.com/unknown-type":{}}}
+                """
+            let reply = try await harness.post(try harness.transmitter.sign(payloadJSON: payload))
+            #expect(reply.status == 202, "\(reply.body)")
+            var id: Int64 = 0
+            for try await value in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) {
+                id = value
+            }
+            let event = try await harness.call(.GET, "/admin/v1/events/\(id)", bearer: Harness.adminToken)
+            #expect(event.status == 200)
+            #expect(event.body.contains("\"claims\":" + payload), "\(event.body)")
+        }
+    }
+}
+
+extension Sequence {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var results: [T] = []
+        for element in self { results.append(try await transform(element)) }
+        return results
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A raw TCP connection to loopback, for clients that misbehave on purpose (half a request, then silence).
+struct RawConnection {
+    let fd: Int32
+
+    init(port: Int) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { throw SubprocessFailed(description: "cannot connect to 127.0.0.1:\(port)") }
+    }
+
+    func send(_ text: String) {
+        _ = text.utf8CString.withUnsafeBufferPointer { Glibc.send(fd, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Waits (bounded) until the peer closes the connection; returns how long that took, or nil if it stayed open.
+    func waitForClose(within limit: Duration) async -> Duration? {
+        let started = ContinuousClock.now
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now - started < limit {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&poller, 1, 0) > 0 {
+                let count = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+                if count == 0 || (count < 0 && errno != EAGAIN) { return ContinuousClock.now - started }
+            }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}
+
+@Suite("Hardening: slow senders and bounded shutdown", .timeLimit(.minutes(3)))
+struct SlowSenderTests {
+    @Test("A client that stalls mid-request is disconnected after RISC_IDLE_TIMEOUT")
+    func stalledRequests() async throws {
+        try await ServeProcess.with(environment: ["RISC_IDLE_TIMEOUT": "2"]) { serve, _ in
+            let port = try #require(URL(string: serve.url)?.port)
+            // Half a request line, then silence; and headers promising a body that never comes.
+            let headOnly = try RawConnection(port: port)
+            headOnly.send("POST /risc/events HT")
+            let bodyless = try RawConnection(port: port)
+            bodyless.send("POST /risc/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"partial\":")
+            defer {
+                headOnly.close()
+                bodyless.close()
+            }
+            let first = await headOnly.waitForClose(within: .seconds(10))
+            let second = await bodyless.waitForClose(within: .seconds(10))
+            #expect(first != nil && first! < .seconds(6), "a stalled request line kept its connection: \(String(describing: first))")
+            #expect(second != nil && second! < .seconds(6), "a stalled body kept its connection: \(String(describing: second))")
+            #expect(try await serve.get("/healthz").status == 200)
+        }
+    }
+
+    @Test("Stalled requests cannot hold SIGTERM open: the process ends within RISC_SHUTDOWN_TIMEOUT, exit 0")
+    func boundedShutdown() async throws {
+        // The idle timeout is long here, so only the shutdown bound can end the stalled connections.
+        try await ServeProcess.with(environment: ["RISC_IDLE_TIMEOUT": "120", "RISC_SHUTDOWN_TIMEOUT": "2"]) { serve, _ in
+            let port = try #require(URL(string: serve.url)?.port)
+            let holders = try (0..<3).map { _ in try RawConnection(port: port) }
+            for holder in holders {
+                holder.send("POST /risc/events HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
+            }
+            defer { holders.forEach { $0.close() } }
+            #expect(try await serve.get("/healthz").status == 200)
+            try await Task.sleep(for: .milliseconds(200))
+            let signalled = ContinuousClock.now
+            serve.process.kill(SIGTERM)
+            let status = try await serve.process.wait(timeout: .seconds(40))
+            let took = ContinuousClock.now - signalled
+            #expect(status == 0, "\(serve.log.suffix(2000))")
+            #expect(took < .seconds(10), "SIGTERM took \(took)")
+        }
+    }
+}
