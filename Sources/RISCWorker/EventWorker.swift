@@ -16,6 +16,10 @@ public final class EventWorker: Service, Sendable {
         /// Batches in flight in this process, each on its own connection.
         public var concurrency = 2
         public var pollInterval: Duration = .seconds(1)
+        /// A batch that has not finished by then is abandoned (it rolls back, or commits on its own) and the
+        /// loop goes on: after PostgreSQL restarts, a connection lease can wait for ever without noticing
+        /// cancellation, and would otherwise silence the loop and hold up shutdown.
+        public var batchTimeout: Duration = .seconds(30)
         public var retryPolicy = RetryPolicy()
         public init() {}
     }
@@ -42,9 +46,12 @@ public final class EventWorker: Service, Sendable {
         wakeAll()  // work left over from before the start
         logger.info("Worker started", metadata: ["loops": "\(settings.concurrency)", "batch": "\(settings.batchSize)"])
 
+        // Not a child task: a LISTEN on a connection that died with its server may not notice cancellation, and
+        // shutdown must not wait for it. It is cancelled when the loops are done.
+        let listener = Task { await self.listenForNotifications() }
+        defer { listener.cancel() }
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
-                group.addTask { await self.listenForNotifications() }
                 group.addTask { await self.poll() }
                 await withTaskGroup(of: Void.self) { loops in
                     for stream in streams { loops.addTask { await self.workLoop(stream.stream) } }
@@ -73,7 +80,8 @@ public final class EventWorker: Service, Sendable {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 do {
                     let started = ContinuousClock.now
-                    let result = try await queue.processBatch(limit: settings.batchSize)
+                    let (queue, limit) = (self.queue, settings.batchSize)
+                    let result = try await withTimeout(settings.batchTimeout) { try await queue.processBatch(limit: limit) }
                     if result.claimed > 0 {
                         ServiceMetrics.batchDuration(ContinuousClock.now - started)
                         ServiceMetrics.eventsProcessed(result.done, outcome: "done")

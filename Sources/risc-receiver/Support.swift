@@ -5,6 +5,7 @@ import Logging
 import RISCServer
 import ServiceLifecycle
 import SystemPackage
+import UnixSignals
 
 /// `--config FILE`: an optional JSON or YAML file of the same variables as the environment.
 struct ConfigFileOption: ParsableArguments {
@@ -84,19 +85,29 @@ enum Bootstrap {
     }
 
     /// Runs long-lived services until SIGTERM or SIGINT. The services drain gracefully; after `shutdownTimeout`
-    /// seconds whatever is still running (a client that stalls mid-request holds its connection) is cancelled,
-    /// so the process always ends, with exit 0 when the shutdown was asked for.
+    /// seconds whatever is still running (a client that stalls mid-request holds its connection) is cancelled.
+    /// Should anything ignore the cancellation too, the process exits 0 five seconds later all the same:
+    /// everything acknowledged is already committed, so ending is always safe, and hanging never is.
     static func runUntilSignalled(
         _ services: [ServiceGroupConfiguration.ServiceConfiguration], shutdownTimeout: Double, logger: Logger
     ) async throws {
         var configuration = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = .milliseconds(Int64(shutdownTimeout * 1000))
-        configuration.maximumCancellationDuration = .seconds(5)
-        do {
-            try await ServiceGroup(configuration: configuration).run()
-        } catch is CancellationError {
-            logger.warning("Shutdown took longer than RISC_SHUTDOWN_TIMEOUT; unfinished work was cancelled")
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask {
+                for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) {
+                    try await Task.sleep(for: .milliseconds(Int64(shutdownTimeout * 1000) + 5000))
+                    logger.error("Shutdown did not finish after RISC_SHUTDOWN_TIMEOUT plus 5 s; exiting")
+                    exit(0)
+                }
+            }
+            do {
+                try await ServiceGroup(configuration: configuration).run()
+            } catch is CancellationError {
+                logger.warning("Shutdown took longer than RISC_SHUTDOWN_TIMEOUT; unfinished work was cancelled")
+            }
+            tasks.cancelAll()
         }
     }
 
