@@ -22,6 +22,17 @@ pg_ensure_installed() {
   [ -n "$(pg_bin)" ] || { echo "PostgreSQL could not be installed" >&2; return 1; }
 }
 
+# tools_ensure_installed COMMAND:PACKAGE...: installs each Debian package whose command is missing.
+tools_ensure_installed() {
+  local missing=() pair
+  for pair in "$@"; do command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "Installing ${missing[*]}..." >&2
+  local sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
 # Runs a command as the cluster's owner.
 pg_as_owner() {
   # From /, which the owner can always enter (the caller's directory may be private).

@@ -34,3 +34,10 @@ export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_sta
 
 swift build --build-tests
 swift test --skip-build "$@"
+
+# The whole suite (no arguments) also runs the fault-injection suite against the binary just built: kill -9,
+# an immediate PostgreSQL restart, a JWKS outage and SIGTERM while 10,000 SETs arrive (about 2 minutes).
+if [ $# -eq 0 ]; then
+  tools_ensure_installed curl:curl ss:iproute2
+  RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/fault-suite.sh
+fi
