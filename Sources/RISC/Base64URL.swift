@@ -35,13 +35,36 @@ public enum Base64Lenient {
         return Data(base64Encoded: Data(normalized))
     }
 
-    /// Decodes the unpadded URL-safe base64 of one JWS segment, refusing the standard alphabet and padding.
+    /// Decodes the unpadded URL-safe base64 of one JWS segment, refusing the standard alphabet, padding, and
+    /// non-canonical encodings (unused low bits of the last character set): each token has exactly one
+    /// spelling, so a signature cannot be re-spelled into a "different" token with the same bytes.
     public static func decodeJWSSegment(_ segment: some Collection<UInt8>) -> Data? {
-        guard segment.allSatisfy({ byte in
-            (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39)
+        var last: UInt8 = 0x41
+        for byte in segment {
+            guard (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || (byte >= 0x30 && byte <= 0x39)
                 || byte == 0x2D || byte == 0x5F
-        }) else { return nil }
+            else { return nil }
+            last = byte
+        }
+        let unusedBits: UInt8 =
+            switch segment.count % 4 {
+            case 2: 0b1111
+            case 3: 0b11
+            default: 0
+            }
+        guard sextet(last) & unusedBits == 0 else { return nil }
         return decode(bytes: segment)
+    }
+
+    /// The 6-bit value of a base64url character (the caller has checked the alphabet).
+    private static func sextet(_ byte: UInt8) -> UInt8 {
+        switch byte {
+        case 0x41...0x5A: byte - 0x41
+        case 0x61...0x7A: byte - 0x61 + 26
+        case 0x30...0x39: byte - 0x30 + 52
+        case 0x2D: 62
+        default: 63
+        }
     }
 
     public static func urlEncoded(_ data: some Sequence<UInt8>) -> String {

@@ -26,6 +26,23 @@ struct SETRejectionTests {
         #expect(T.rejection(body)?.code == .invalidRequest)
     }
 
+    @Test("Non-canonical base64url (unused low bits set) is invalid_request: a token has one spelling")
+    func nonCanonicalBase64() {
+        // "e30" and "e31" both decode to "{}"; only the first is canonical.
+        #expect(Base64Lenient.decodeJWSSegment(Array("e30".utf8)) == Data("{}".utf8))
+        #expect(Base64Lenient.decodeJWSSegment(Array("e31".utf8)) == nil)
+        #expect(Base64Lenient.decodeJWSSegment(Array("eyI".utf8)) == Data("{\"".utf8))
+        #expect(Base64Lenient.decodeJWSSegment(Array("eyJ".utf8)) == nil)
+        #expect(Base64Lenient.decodeJWSSegment(Array("QQ".utf8)) == Data("A".utf8))
+        #expect(Base64Lenient.decodeJWSSegment(Array("QR".utf8)) == nil)
+        let token = T.compact()
+        var parts = token.split(separator: ".").map(String.init)
+        parts[2] = "c2lnbmF0dXJlcw"  // "signatures": 14 characters, canonical
+        #expect(T.rejection(parts.joined(separator: "."))?.code != .invalidRequest)
+        parts[2] = "c2lnbmF0dXJlcx"  // the same bytes, with an unused bit set
+        #expect(T.rejection(parts.joined(separator: "."))?.code == .invalidRequest)
+    }
+
     @Test("A header or payload that is not a JSON object is invalid_request")
     func notJSON() {
         let garbage = Base64Lenient.urlEncoded(Data("not json".utf8))
