@@ -56,8 +56,12 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            // migrations/*.sql, compiled in: the binary can migrate without the files beside it.
+            plugins: ["EmbedMigrations"]
         ),
+        .executableTarget(name: "embed-migrations"),
+        .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
         // The worker: turns stored events into account actions.
         .target(
             name: "RISCWorker",

@@ -7,7 +7,7 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Apply pending database migrations (safe to run concurrently and repeatedly).")
 
-    @Option(help: "Directory of NNNN_name.sql files (default: ./migrations).")
+    @Option(help: "Directory of NNNN_name.sql files to apply instead of those built into this binary.")
     var migrations: String?
 
     @OptionGroup var config: ConfigFileOption
@@ -17,10 +17,9 @@ struct Migrate: AsyncParsableCommand {
             try ServiceConfiguration.databaseURL(from: reader)
         }
         let logger = Bootstrap.logger("risc-receiver.migrate")
-        let directory = Bootstrap.migrationsDirectory(migrations)
         let migrator: Migrator
         do {
-            migrator = try Migrator(directory: directory)
+            migrator = try Bootstrap.migrator(migrations)
         } catch {
             throw Bootstrap.fail("\(error)")
         }

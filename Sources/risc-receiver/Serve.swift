@@ -16,7 +16,7 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Run no worker in this process (run `risc-receiver worker` separately).")
     var noWorker = false
 
-    @Option(help: "Directory of the migrations this build ships, for /readyz (default: as for migrate).")
+    @Option(help: "Directory of the migrations /readyz expects applied (default: those built into this binary).")
     var migrations: String?
 
     @OptionGroup var config: ConfigFileOption
@@ -28,7 +28,7 @@ struct Serve: AsyncParsableCommand {
         let logger = Bootstrap.logger("risc-receiver")
         let dependencies = try ServiceDependencies(configuration: configuration, httpClient: .shared, logger: logger)
         let worker: [any Service] = noWorker ? [] : [dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker"))]
-        let expected = (try? Migrator(directory: Bootstrap.migrationsDirectory(migrations)))?.migrations.map(\.version)
+        let expected = (try? Bootstrap.migrator(migrations))?.migrations.map(\.version)
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
         }

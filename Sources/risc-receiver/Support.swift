@@ -3,6 +3,7 @@ import Configuration
 import Foundation
 import Logging
 import RISCServer
+import RISCStore
 import ServiceLifecycle
 import SystemPackage
 import UnixSignals
@@ -73,15 +74,12 @@ enum Bootstrap {
         }
     }
 
-    /// Where `migrate` finds its SQL: `--migrations`, then `RISC_MIGRATIONS_DIR`, then `./migrations`,
-    /// then `../share/risc-receiver/migrations` next to the executable.
-    static func migrationsDirectory(_ option: String?) -> String {
-        if let option { return option }
-        if let env = ProcessInfo.processInfo.environment["RISC_MIGRATIONS_DIR"], !env.isEmpty { return env }
-        if FileManager.default.fileExists(atPath: "migrations") { return "migrations" }
-        // The real path of this executable (argv[0] may be a bare name found through PATH).
-        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        return executable.deletingLastPathComponent().appendingPathComponent("../share/risc-receiver/migrations").path
+    /// The migrations to apply or expect: those compiled into this binary, unless `--migrations DIR` or
+    /// `RISC_MIGRATIONS_DIR` names a directory of `NNNN_name.sql` files to use instead.
+    static func migrator(_ option: String?) throws -> Migrator {
+        let environment = ProcessInfo.processInfo.environment["RISC_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+        guard let directory = option ?? environment else { return .embedded }
+        return try Migrator(directory: directory)
     }
 
     /// Runs long-lived services until SIGTERM or SIGINT. The services drain gracefully; after `shutdownTimeout`

@@ -87,6 +87,36 @@ struct CommandTests {
         }
     }
 
+    @Test("The binary carries its migrations: the embedded set equals migrations/, and a copy alone in an empty directory migrates")
+    func embeddedMigrations() async throws {
+        let onDisk = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
+        #expect(!onDisk.migrations.isEmpty)
+        #expect(Migrator.embedded.migrations == onDisk.migrations)
+
+        let logger = Harness.logger
+        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
+        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
+        let name = "risc_embedded_\(UInt32.random(in: 0...UInt32.max))"
+        let alone = FileManager.default.temporaryDirectory.appendingPathComponent("risc-alone-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: alone, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: alone) }
+        try FileManager.default.copyItem(atPath: riscReceiverBinary, toPath: alone.appendingPathComponent("risc-receiver").path)
+        try await admin.whileRunning(timeout: .seconds(120)) { admin in
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
+            let log = alone.appendingPathComponent("migrate.log").path
+            let environment = [
+                "DATABASE_URL": adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?"), "PATH": "/usr/bin:/bin",
+            ]
+            let status = try await ChildProcess.spawn(
+                "/bin/sh", ["-c", "cd '\(alone.path)' && exec ./risc-receiver migrate"], environment: environment, outputFile: log
+            ).wait()
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(status == 0, "\(output)")
+            #expect(output.contains("Applied \(onDisk.migrations.map(\.version).joined(separator: ", "))"), "\(output)")
+            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+        }
+    }
+
     static func migrate(databaseURL url: String) async throws {
         let logger = Harness.logger
         let environment = ["DATABASE_URL": url, "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path]
