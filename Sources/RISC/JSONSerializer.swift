@@ -28,7 +28,7 @@ extension JSONValue {
             output += "]"
         case .object(let members):
             output += "{"
-            for (index, key) in members.keys.sorted().enumerated() {
+            for (index, key) in members.keys.sorted(by: Self.byteOrder).enumerated() {
                 if index > 0 { output += "," }
                 Self.writeString(key, to: &output)
                 output += ":"
@@ -36,6 +36,13 @@ extension JSONValue {
             }
             output += "}"
         }
+    }
+
+    /// A total order on keys: their UTF-8 bytes. Swift's `String <` compares canonically equivalent forms and
+    /// is not total across them ("\u{e9}5" and "e\u{301}" are neither less, greater nor equal), so sorting with
+    /// it would follow dictionary order and equal values could serialize differently (found by fuzzing).
+    public static func byteOrder(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
     private static func writeString(_ value: String, to output: inout String) {

@@ -96,7 +96,7 @@ public struct SecurityEventToken: Sendable {
         let topLevelSubject = claims["sub_id"].flatMap(Subject.init(json:))
         var events: [SecurityEvent] = []
         // Sorted so a SET with several event types decodes the same way every time.
-        for (uri, body) in eventMembers.sorted(by: { $0.key < $1.key }) {
+        for (uri, body) in eventMembers.sorted(by: { JSONValue.byteOrder($0.key, $1.key) }) {
             guard let bodyObject = body.objectValue else {
                 throw .invalidRequest("a member of the events claim is not an object")
             }

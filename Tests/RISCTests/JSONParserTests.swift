@@ -65,4 +65,16 @@ struct JSONParserTests {
         #expect(try JSONValue.parse(Array(text.utf8)) == value)
         #expect(try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) == value)
     }
+
+    @Test("Serialization is deterministic even for keys Swift's String ordering cannot order (found by fuzzing)")
+    func keyOrderIsTotal() throws {
+        let text = "{\"\u{e9}5\":1,\"e\u{301}\":2}"
+        let value = try JSONValue.parse(Data(text.utf8))
+        let first = value.serialized
+        for _ in 0..<200 {
+            // Rebuilt dictionaries iterate in other orders; the bytes must not change.
+            #expect(try JSONValue.parse(Data(first.utf8)).serialized == first)
+        }
+        #expect(first == "{\"e\u{301}\":2,\"\u{e9}5\":1}")
+    }
 }
