@@ -79,18 +79,42 @@ struct KeyFetchingTests {
         }
     }
 
-    func keys(_ discoveryURL: String, clock: TestClock = TestClock(), refetchInterval: Double = 0) -> IssuerKeys {
-        var settings = IssuerKeys.Settings(discoveryURL: discoveryURL, allowedAlgorithms: ["RS256"])
-        settings.unknownKidRefetchInterval = refetchInterval
-        return IssuerKeys(settings: settings, logger: Harness.logger, clock: { clock.now.withLock { $0 } })
+    /// What a logger was told, to see why a fetch failed.
+    final class CapturedLog: LogHandler, @unchecked Sendable {
+        let lines = Mutex<[String]>([])
+        var logLevel: Logger.Level = .trace
+        var metadata: Logger.Metadata = [:]
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            lines.withLock { $0.append("\(event.message) \(event.metadata ?? [:])") }
+        }
+        var text: String { lines.withLock { $0.joined(separator: "\n") } }
     }
 
-    @Test("A discovery URL, JWKS URL or redirect that is plain http off loopback is never fetched")
+    func keys(
+        _ discoveryURL: String, clock: TestClock = TestClock(), refetchInterval: Double = 0, log: CapturedLog? = nil
+    ) -> IssuerKeys {
+        var settings = IssuerKeys.Settings(discoveryURL: discoveryURL, allowedAlgorithms: ["RS256"])
+        settings.unknownKidRefetchInterval = refetchInterval
+        let logger = log.map { log in Logger(label: "keys", factory: { _ in log }) } ?? Harness.logger
+        return IssuerKeys(settings: settings, logger: logger, clock: { clock.now.withLock { $0 } })
+    }
+
+    @Test("A discovery URL, JWKS URL or redirect that is plain http off loopback is refused, never fetched")
     func httpsOnly() async throws {
         try await with { publisher, signer in
-            #expect(await keys("http://example.invalid/.well-known/risc-configuration").load() == false)
+            // Refused by the policy before any connection is tried (example.invalid would not resolve anyway:
+            // the log says which of the two stopped it).
+            let direct = CapturedLog()
+            #expect(await keys("http://example.invalid/.well-known/risc-configuration", log: direct).load() == false)
+            #expect(direct.text.contains("is not an https:// URL"), "\(direct.text)")
             publisher.answers.withLock { $0.jwksPath = "/redirect-insecure" }
-            #expect(await keys(publisher.base + "/discovery").load() == false)
+            let redirected = CapturedLog()
+            #expect(await keys(publisher.base + "/discovery", log: redirected).load() == false)
+            #expect(redirected.text.contains("http://example.invalid/jwks is not an https:// URL"), "\(redirected.text)")
             publisher.answers.withLock { $0.jwksPath = "/redirect-loopback" }
             let followed = keys(publisher.base + "/discovery")
             #expect(await followed.load())
