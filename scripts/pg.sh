@@ -44,7 +44,8 @@ pg_free_port() {
 }
 
 # pg_start DIR PORT: creates the cluster in DIR if needed and starts it on 127.0.0.1:PORT,
-# with its socket in DIR. Durability settings stay at PostgreSQL's defaults (fsync on).
+# with its socket in DIR. Durability settings stay at PostgreSQL's defaults (fsync on). The test suites run in
+# parallel, each with a pool of its own: 200 connections were too few (refused connections became 503s).
 pg_start() {
   local dir=$1 port=$2 bin
   bin=$(pg_bin)
@@ -57,7 +58,7 @@ pg_start() {
     cat >>"$dir/data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir'
-max_connections = 200
+max_connections = 1000
 shared_buffers = 256MB
 CONF
   fi
