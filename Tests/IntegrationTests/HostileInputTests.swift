@@ -391,9 +391,7 @@ struct HostileInputTests {
             let forge = try await Forge.make(harness)
             var cases: [HostileCase] = []
             func add(_ name: String, _ expect: Expect, _ change: (inout [String: JSONValue]) -> Void) async throws {
-                let marker = Forge.marker()
-                let token = try await harness.sign(forge.claims(marker, change))
-                cases.append(HostileCase(name, Array(token.utf8), expect, markers: [marker]))
+                cases.append(try await forge.signedCase(name, expect, change))
             }
             let now = Date().timeIntervalSince1970.rounded(.down)
             let event = EventType.sessionsRevoked.rawValue
@@ -468,9 +466,7 @@ struct HostileInputTests {
             let forge = try await Forge.make(harness)
             var cases: [HostileCase] = []
             func add(_ name: String, _ expect: Expect, _ change: (inout [String: JSONValue]) -> Void) async throws {
-                let marker = Forge.marker()
-                let token = try await harness.sign(forge.claims(marker, change))
-                cases.append(HostileCase(name, Array(token.utf8), expect, markers: [marker]))
+                cases.append(try await forge.signedCase(name, expect, change))
             }
             func subject(sub: String, iss: String = "https://accounts.google.com", type: String = "iss-sub") -> JSONValue {
                 .object([EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": .string(type), "iss": .string(iss), "sub": .string(sub)]]])
@@ -870,6 +866,13 @@ private struct Forge {
     let ps256: any JWTAlgorithm
     let publicKeyPEM: String
     let modulus: [UInt8]
+
+    /// A case whose claims are well-formed ones changed by `change`, signed by the transmitter, with a fresh marker.
+    func signedCase(_ name: String, _ expect: Expect, _ change: (inout [String: JSONValue]) -> Void) async throws -> HostileCase {
+        let marker = Forge.marker()
+        let token = try await harness.sign(claims(marker, change))
+        return HostileCase(name, Array(token.utf8), expect, markers: [marker])
+    }
 
     static func make(_ harness: Harness) async throws -> Forge {
         let key = harness.transmitter.keys.current
