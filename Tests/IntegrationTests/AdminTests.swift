@@ -97,54 +97,50 @@ struct AdminTests {
     func detailUserStatsReplay() async throws {
         // A database of its own: another test's worker (with its own RISC_MAX_ATTEMPTS) must not take the broken
         // event below and schedule a retry instead of dead-lettering it.
-        try await IsolatedDatabase.with { database in
-            var options = Self.options
-            options.databaseURL = database.url
-            try await Harness.with(options) { harness in
-                let sub = "view-\(UUID().uuidString)"
-                let session = try await harness.newSession(sub: sub)
-                _ = try await harness.storeGrant(sub: sub, refreshToken: "1//view-\(UUID().uuidString)")
-                let jti = try await harness.sendAndWait("tokens-revoked", sub: sub)
-                #expect(try await harness.checkSession(session).status == 401)
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let sub = "view-\(UUID().uuidString)"
+            let session = try await harness.newSession(sub: sub)
+            _ = try await harness.storeGrant(sub: sub, refreshToken: "1//view-\(UUID().uuidString)")
+            let jti = try await harness.sendAndWait("tokens-revoked", sub: sub)
+            #expect(try await harness.checkSession(session).status == 401)
 
-                let list = try await admin(harness, "/admin/v1/events?sub=\(sub)")
-                let id = try #require(list.json["events"]?.arrayValue?.first?["id"])
-                let detail = try await admin(harness, "/admin/v1/events/\(Table.number(id))")
-                #expect(detail.json["jti"]?.stringValue == jti)
-                #expect(detail.json["claims"]?["jti"]?.stringValue == jti)
-                #expect(!detail.body.contains(".ey"), "the detail holds a compact JWS")
-                #expect(detail.json["actions"]?.arrayValue?.compactMap { $0["kind"]?.stringValue } == ["revoke_sessions", "delete_grants"])
+            let list = try await admin(harness, "/admin/v1/events?sub=\(sub)")
+            let id = try #require(list.json["events"]?.arrayValue?.first?["id"])
+            let detail = try await admin(harness, "/admin/v1/events/\(Table.number(id))")
+            #expect(detail.json["jti"]?.stringValue == jti)
+            #expect(detail.json["claims"]?["jti"]?.stringValue == jti)
+            #expect(!detail.body.contains(".ey"), "the detail holds a compact JWS")
+            #expect(detail.json["actions"]?.arrayValue?.compactMap { $0["kind"]?.stringValue } == ["revoke_sessions", "delete_grants"])
 
-                let user = try await admin(harness, "/admin/v1/users/\(sub)")
-                #expect(user.status == 200)
-                #expect(user.json["sessions"] == ["active": 0, "revoked": 1])
-                #expect(user.json["grants"] == ["active": 0, "revoked": 1])
-                #expect(user.json["recent_events"]?.arrayValue?.count == 1)
-                #expect(try await admin(harness, "/admin/v1/users/nobody-\(UUID().uuidString)").status == 404)
-                #expect(try await admin(harness, "/admin/v1/events/999999999").status == 404)
+            let user = try await admin(harness, "/admin/v1/users/\(sub)")
+            #expect(user.status == 200)
+            #expect(user.json["sessions"] == ["active": 0, "revoked": 1])
+            #expect(user.json["grants"] == ["active": 0, "revoked": 1])
+            #expect(user.json["recent_events"]?.arrayValue?.count == 1)
+            #expect(try await admin(harness, "/admin/v1/users/nobody-\(UUID().uuidString)").status == 404)
+            #expect(try await admin(harness, "/admin/v1/events/999999999").status == 404)
 
-                // A dead letter: an event the worker cannot decode fails its one attempt.
-                let broken = "broken-\(UUID().uuidString)"
-                for try await _ in try await harness.database.query(
-                    """
-                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
-                    VALUES ('https://transmitter.test/', \(broken), ARRAY['x'], \(sub), '[{"no": "type"}]', '{}', now()) RETURNING id
-                    """) {}
-                #expect(try await harness.waitUntilProcessed(jti: broken) == "dead")
-                let stats = try await admin(harness, "/admin/v1/stats")
-                #expect(stats.status == 200)
-                #expect((stats.json["dead"]?.number ?? 0) >= 1)
-                let deadID = try #require(try await admin(harness, "/admin/v1/events?sub=\(sub)&status=dead").json["events"]?.arrayValue?.first?["id"])
-                for try await _ in try await harness.database.query(
-                    """
-                    UPDATE risc_events SET events = '[{"type": "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
-                      "subject": {"format": "iss_sub", "iss": "accounts.google.com", "sub": "\(unescaped: sub)"}}]' WHERE jti = \(broken) RETURNING id
-                    """) {}
-                let replay = try await admin(harness, "/admin/v1/events/\(Table.number(deadID))/replay", method: .POST)
-                #expect(replay.status == 202)
-                #expect(try await harness.waitUntilProcessed(jti: broken) == "done")
-                #expect(try await admin(harness, "/admin/v1/events/999999999/replay", method: .POST).status == 404)
-            }
+            // A dead letter: an event the worker cannot decode fails its one attempt.
+            let broken = "broken-\(UUID().uuidString)"
+            for try await _ in try await harness.database.query(
+                """
+                INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
+                VALUES ('https://transmitter.test/', \(broken), ARRAY['x'], \(sub), '[{"no": "type"}]', '{}', now()) RETURNING id
+                """) {}
+            #expect(try await harness.waitUntilProcessed(jti: broken) == "dead")
+            let stats = try await admin(harness, "/admin/v1/stats")
+            #expect(stats.status == 200)
+            #expect((stats.json["dead"]?.number ?? 0) >= 1)
+            let deadID = try #require(try await admin(harness, "/admin/v1/events?sub=\(sub)&status=dead").json["events"]?.arrayValue?.first?["id"])
+            for try await _ in try await harness.database.query(
+                """
+                UPDATE risc_events SET events = '[{"type": "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
+                  "subject": {"format": "iss_sub", "iss": "accounts.google.com", "sub": "\(unescaped: sub)"}}]' WHERE jti = \(broken) RETURNING id
+                """) {}
+            let replay = try await admin(harness, "/admin/v1/events/\(Table.number(deadID))/replay", method: .POST)
+            #expect(replay.status == 202)
+            #expect(try await harness.waitUntilProcessed(jti: broken) == "done")
+            #expect(try await admin(harness, "/admin/v1/events/999999999/replay", method: .POST).status == 404)
         }
     }
 

@@ -115,30 +115,26 @@ struct HardeningTests {
 
     @Test("A row PostgreSQL refuses for any SQLSTATE fails only its SET with 400; the batch beside it commits")
     func databaseRefusesOneRow() async throws {
-        try await IsolatedDatabase.with { database in
-            var options = Harness.Options()
-            options.databaseURL = database.url
-            try await Harness.with(options) { harness in
-                // A constraint stands in for any refusal the core cannot foresee (SQLSTATE 23514, not a class-22
-                // data exception).
-                try await harness.database.query(
-                    "ALTER TABLE risc_events ADD CONSTRAINT no_poison CHECK (jti NOT LIKE 'poison-%') NOT VALID")
-                let poison = try await harness.sign(harness.claims { $0["jti"] = .string("poison-\(UUID().uuidString)") })
-                let valid = try await (0..<20).asyncMap { _ in try await harness.makeSET("sessions-revoked") }
-                let replies = try await withThrowingTaskGroup(of: (String, Harness.Reply).self) { group in
-                    group.addTask { (poison, try await harness.post(poison)) }
-                    for token in valid { group.addTask { (token, try await harness.post(token)) } }
-                    var replies: [(String, Harness.Reply)] = []
-                    for try await reply in group { replies.append(reply) }
-                    return replies
-                }
-                for (token, reply) in replies {
-                    if token == poison {
-                        #expect(reply.status == 400, "\(reply.body)")
-                        #expect(reply.rejection?.err == "invalid_request")
-                    } else {
-                        #expect(reply.status == 202, "\(reply.body)")
-                    }
+        try await Harness.withIsolatedDatabase { harness in
+            // A constraint stands in for any refusal the core cannot foresee (SQLSTATE 23514, not a class-22
+            // data exception).
+            try await harness.database.query(
+                "ALTER TABLE risc_events ADD CONSTRAINT no_poison CHECK (jti NOT LIKE 'poison-%') NOT VALID")
+            let poison = try await harness.sign(harness.claims { $0["jti"] = .string("poison-\(UUID().uuidString)") })
+            let valid = try await (0..<20).asyncMap { _ in try await harness.makeSET("sessions-revoked") }
+            let replies = try await withThrowingTaskGroup(of: (String, Harness.Reply).self) { group in
+                group.addTask { (poison, try await harness.post(poison)) }
+                for token in valid { group.addTask { (token, try await harness.post(token)) } }
+                var replies: [(String, Harness.Reply)] = []
+                for try await reply in group { replies.append(reply) }
+                return replies
+            }
+            for (token, reply) in replies {
+                if token == poison {
+                    #expect(reply.status == 400, "\(reply.body)")
+                    #expect(reply.rejection?.err == "invalid_request")
+                } else {
+                    #expect(reply.status == 202, "\(reply.body)")
                 }
             }
         }
@@ -251,43 +247,39 @@ struct HardeningTests {
 
     @Test("Sign-ins during a batch that revokes and then disables the same user never deadlock")
     func signInAndWorkerLockOrder() async throws {
-        try await IsolatedDatabase.with { database in
-            var options = Harness.Options()
-            options.databaseURL = database.url
-            try await Harness.with(options) { harness in
-                let sub = user()
-                _ = try await harness.newSession(sub: sub)
-                // Many grants make the batch's delete_grants slow: the window between the batch's revocation (the
-                // user's advisory lock) and its disable (the user's row) is wide open for sign-ins, which
-                // before the fix took the row first and then the advisory lock.
-                try await harness.database.query(
-                    """
-                    INSERT INTO risc_grants (id, sub, client_id, token_prefix, token_hash, ciphertext, vault_key_id)
-                    SELECT gen_random_uuid(), \(sub), 'c', 'p-' || i, 'h-' || i, '\\x00'::bytea, 'k'
-                    FROM generate_series(1, 40000) AS i
-                    """)
-                // One batch: tokens-revoked (revoke, delete grants), then account-disabled, for the same user.
-                for type in ["tokens-revoked", "account-disabled"] {
-                    #expect(try await harness.post(try await harness.makeSET(type, sub: sub)).status == 202)
-                }
-                let deadlocksBefore = try await deadlocks(harness)
-                let queue = EventQueue(client: harness.database, logger: Harness.logger)
-                async let batch = queue.processBatch(limit: 10)
-                let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
-                    for _ in 0..<4 {
-                        group.addTask {
-                            var statuses: [Int] = []
-                            for _ in 0..<25 { statuses.append(try await harness.signIn(sub: sub).status) }
-                            return statuses
-                        }
-                    }
-                    return try await group.reduce(into: []) { $0 += $1 }
-                }
-                let result = try await batch
-                #expect(result.done == 2 && result.failed == 0, "\(result)")
-                #expect(statuses.allSatisfy { [200, 401, 403].contains($0) }, "\(statuses.filter { ![200, 401, 403].contains($0) })")
-                #expect(try await deadlocks(harness) == deadlocksBefore, "PostgreSQL detected a deadlock")
+        try await Harness.withIsolatedDatabase { harness in
+            let sub = user()
+            _ = try await harness.newSession(sub: sub)
+            // Many grants make the batch's delete_grants slow: the window between the batch's revocation (the
+            // user's advisory lock) and its disable (the user's row) is wide open for sign-ins, which
+            // before the fix took the row first and then the advisory lock.
+            try await harness.database.query(
+                """
+                INSERT INTO risc_grants (id, sub, client_id, token_prefix, token_hash, ciphertext, vault_key_id)
+                SELECT gen_random_uuid(), \(sub), 'c', 'p-' || i, 'h-' || i, '\\x00'::bytea, 'k'
+                FROM generate_series(1, 40000) AS i
+                """)
+            // One batch: tokens-revoked (revoke, delete grants), then account-disabled, for the same user.
+            for type in ["tokens-revoked", "account-disabled"] {
+                #expect(try await harness.post(try await harness.makeSET(type, sub: sub)).status == 202)
             }
+            let deadlocksBefore = try await deadlocks(harness)
+            let queue = EventQueue(client: harness.database, logger: Harness.logger)
+            async let batch = queue.processBatch(limit: 10)
+            let statuses = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        var statuses: [Int] = []
+                        for _ in 0..<25 { statuses.append(try await harness.signIn(sub: sub).status) }
+                        return statuses
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            let result = try await batch
+            #expect(result.done == 2 && result.failed == 0, "\(result)")
+            #expect(statuses.allSatisfy { [200, 401, 403].contains($0) }, "\(statuses.filter { ![200, 401, 403].contains($0) })")
+            #expect(try await deadlocks(harness) == deadlocksBefore, "PostgreSQL detected a deadlock")
         }
     }
 

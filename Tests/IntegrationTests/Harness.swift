@@ -222,3 +222,39 @@ func jti(of token: String) -> String {
     else { return "" }
     return object["jti"] as? String ?? ""
 }
+
+extension Harness {
+    /// `with(options)` on a database of the test's own: no other test's worker can take its events, and database
+    /// statistics and schema changes stay the test's own.
+    static func withIsolatedDatabase(_ options: Options = Options(), _ body: @escaping @Sendable (Harness) async throws -> Void)
+        async throws
+    {
+        try await IsolatedDatabase.with { database in
+            var options = options
+            options.databaseURL = database.url
+            try await Harness.with(options, body)
+        }
+    }
+}
+
+/// Serves a development transmitter on loopback while `body` runs (an attacker's, or one beside a child process).
+func serving<T: Sendable>(_ transmitter: DevTransmitter, _ body: @Sendable () async throws -> T) async throws -> T {
+    let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
+    let app = transmitter.makeApplication { port in portContinuation.yield(port) }
+    let group = ServiceGroup(configuration: .init(services: [.init(service: app)], logger: Harness.logger))
+    return try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        _ = await iterator.next()
+        let result: T
+        do {
+            result = try await body()
+        } catch {
+            await group.triggerGracefulShutdown()
+            throw error
+        }
+        await group.triggerGracefulShutdown()
+        try await tasks.waitForAll()
+        return result
+    }
+}

@@ -190,13 +190,7 @@ struct HostileInputTests {
             let kid = forge.kid
             // An attacker's transmitter, serving its own JWKS on loopback.
             let impostor = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
-            let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
-            let impostorApp = impostor.makeApplication { port in portContinuation.yield(port) }
-            let impostorGroup = ServiceGroup(configuration: .init(services: [.init(service: impostorApp)], logger: Harness.logger))
-            try await withThrowingTaskGroup(of: Void.self) { tasks in
-                tasks.addTask { try await impostorGroup.run() }
-                var iterator = ports.makeAsyncIterator()
-                _ = await iterator.next()
+            try await serving(impostor) {
 
                 let impostorKey = impostor.keys.current
                 let impostorRS256 = try await Forge.algorithm(rsa: impostorKey.privateKey, .sha256)
@@ -292,8 +286,6 @@ struct HostileInputTests {
                 try add("header with alg twice (none, then RS256)", header: #"{"alg":"none","alg":"RS256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
                 try add("header with kid twice", header: #"{"alg":"RS256","kid":"no-such-kid","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
                 try await forge.run(cases, class: "JOSE header")
-                await impostorGroup.triggerGracefulShutdown()
-                try await tasks.waitForAll()
             }
         }
     }

@@ -53,13 +53,7 @@ struct ServeProcess {
         _ body: @escaping @Sendable (ServeProcess, DevTransmitter) async throws -> Void
     ) async throws {
         let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
-        let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
-        let app = transmitter.makeApplication { port in portContinuation.yield(port) }
-        let group = ServiceGroup(configuration: .init(services: [.init(service: app)], logger: Harness.logger))
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            var iterator = ports.makeAsyncIterator()
-            _ = await iterator.next()
+        try await serving(transmitter) {
             let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("client-secret-\(UUID().uuidString).json").path
             FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8))
             let port = freePort()
@@ -82,15 +76,8 @@ struct ServeProcess {
                 try? FileManager.default.removeItem(atPath: secretFile)
                 try? FileManager.default.removeItem(atPath: logFile)
             }
-            do {
-                try await serve.waitUntilReady()
-                try await body(serve, transmitter)
-            } catch {
-                await group.triggerGracefulShutdown()
-                throw error
-            }
-            await group.triggerGracefulShutdown()
-            try await tasks.waitForAll()
+            try await serve.waitUntilReady()
+            try await body(serve, transmitter)
         }
     }
 
