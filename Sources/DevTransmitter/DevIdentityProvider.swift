@@ -56,18 +56,7 @@ final class DevOAuthState: Sendable {
 
     let state = Mutex(State())
 
-    static func random(_ bytes: Int) -> String {
-        var generator = SystemRandomNumberGenerator()
-        let data = Data((0..<bytes).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
-        return Base64URL.encode(data)
-    }
-}
-
-enum Base64URL {
-    static func encode(_ data: Data) -> String {
-        data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
+    static func random(_ bytes: Int) -> String { Base64URL.random(bytes: bytes) }
 }
 
 extension DevTransmitter {

@@ -48,8 +48,8 @@ final class SigningKeys: Sendable {
                     let primitives = try key.privateKey.publicKey.getKeyPrimitives()
                     return .object([
                         "kty": .string("RSA"), "alg": .string("RS256"), "use": .string("sig"), "kid": .string(key.kid),
-                        "n": .string(Base64Lenient.urlEncoded(primitives.modulus)),
-                        "e": .string(Base64Lenient.urlEncoded(primitives.publicExponent)),
+                        "n": .string(Base64URL.encode(primitives.modulus)),
+                        "e": .string(Base64URL.encode(primitives.publicExponent)),
                     ])
                 })
         ])
@@ -74,9 +74,9 @@ extension SigningKeys {
     func sign(payloadJSON: String, typ: String = "secevent+jwt") throws -> String {
         let key = current
         let header: JSONValue = ["alg": "RS256", "kid": .string(key.kid), "typ": .string(typ)]
-        let signingInput = Base64Lenient.urlEncoded(Data(header.serialized.utf8)) + "." + Base64Lenient.urlEncoded(Data(payloadJSON.utf8))
+        let signingInput = Base64URL.encode(Data(header.serialized.utf8)) + "." + Base64URL.encode(Data(payloadJSON.utf8))
         let signature = try key.backing.signature(for: Data(signingInput.utf8), padding: .insecurePKCS1v1_5)
-        return signingInput + "." + Base64Lenient.urlEncoded(signature.rawRepresentation)
+        return signingInput + "." + Base64URL.encode(signature.rawRepresentation)
     }
 }
 

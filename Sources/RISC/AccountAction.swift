@@ -18,19 +18,19 @@ public enum AccountAction: Sendable, Equatable {
     /// Nothing can be done, and why (say, a subject that names no Google account).
     case skip(reason: String)
 
-    /// The name recorded with the event, and used by the database to pick the statement.
-    public var kind: String {
+    /// The kind recorded with the event; the database picks the statement by it.
+    public var kind: ActionKind {
         switch self {
-        case .revokeSessions: "revoke_sessions"
-        case .deleteGrants: "delete_grants"
-        case .deleteGrant(.prefix, _): "delete_grant_by_prefix"
-        case .deleteGrant(.doubleSHA512, _): "delete_grant_by_hash"
-        case .disableSignIn: "disable_sign_in"
-        case .enableSignIn: "enable_sign_in"
-        case .flagForReview: "flag_for_review"
-        case .requireCredentialChange: "require_credential_change"
-        case .recordVerification: "record_verification"
-        case .skip: "skip"
+        case .revokeSessions: .revokeSessions
+        case .deleteGrants: .deleteGrants
+        case .deleteGrant(.prefix, _): .deleteGrantByPrefix
+        case .deleteGrant(.doubleSHA512, _): .deleteGrantByHash
+        case .disableSignIn: .disableSignIn
+        case .enableSignIn: .enableSignIn
+        case .flagForReview: .flagForReview
+        case .requireCredentialChange: .requireCredentialChange
+        case .recordVerification: .recordVerification
+        case .skip: .skip
         }
     }
 

@@ -1,8 +1,8 @@
 import Foundation
 
-/// Base64 helpers: JWS uses the URL-safe alphabet without padding; RISC token hashes may
-/// arrive in either alphabet, padded or not.
-public enum Base64Lenient {
+/// The one base64url helper (RFC 4648 §5): JWS segments, session tokens, cursors and PKCE challenges are
+/// URL-safe without padding; RISC token hashes may arrive in either alphabet, padded or not.
+public enum Base64URL {
     /// Decodes standard or URL-safe base64, with or without padding. Returns nil on any other input.
     public static func decode(_ text: some StringProtocol) -> Data? {
         decode(bytes: text.utf8)
@@ -67,10 +67,17 @@ public enum Base64Lenient {
         }
     }
 
-    public static func urlEncoded(_ data: some Sequence<UInt8>) -> String {
+    /// URL-safe alphabet, no padding.
+    public static func encode(_ data: some Sequence<UInt8>) -> String {
         Data(data).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// `bytes` random bytes from the system's secure generator, encoded: session tokens, codes, nonces.
+    public static func random(bytes: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return encode((0..<bytes).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
     }
 }

@@ -20,9 +20,9 @@ public struct CompactJWS: Sendable {
         guard segments.count == 3, !segments[0].isEmpty, !segments[1].isEmpty else {
             throw .notThreeSegments
         }
-        guard let header = Base64Lenient.decodeJWSSegment(segments[0]),
-            let payload = Base64Lenient.decodeJWSSegment(segments[1]),
-            let signature = segments[2].isEmpty ? Data() : Base64Lenient.decodeJWSSegment(segments[2])
+        guard let header = Base64URL.decodeJWSSegment(segments[0]),
+            let payload = Base64URL.decodeJWSSegment(segments[1]),
+            let signature = segments[2].isEmpty ? Data() : Base64URL.decodeJWSSegment(segments[2])
         else { throw .notBase64URL }
         self.header = header
         self.payload = payload

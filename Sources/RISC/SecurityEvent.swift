@@ -1,5 +1,5 @@
 /// One event of a SET, decoded into what the receiver acts on.
-public struct SecurityEvent: Sendable, Equatable, Codable {
+public struct SecurityEvent: Sendable, Equatable {
     /// The event-type URI exactly as sent.
     public var typeURI: String
     /// The recognised type, or nil for a type this receiver does not know (stored, marked ignored).
@@ -18,11 +18,8 @@ public struct SecurityEvent: Sendable, Equatable, Codable {
         self.state = state
     }
 
-    private enum CodingKeys: String, CodingKey {
-        case typeURI = "type", shortName = "name", subject, reason, state
-    }
-
-    /// The stored form of the decoded event.
+    /// The stored form (`risc_events.events`, and the admin API's `decoded_events`): written at ingest and
+    /// read back by the worker through `init(stored:)`, its exact inverse.
     public var jsonValue: JSONValue {
         var object: [String: JSONValue] = ["type": .string(typeURI), "name": .string(shortName)]
         if let subject { object["subject"] = subject.jsonValue }
@@ -31,17 +28,19 @@ public struct SecurityEvent: Sendable, Equatable, Codable {
         return .object(object)
     }
 
-    public func encode(to encoder: any Encoder) throws {
-        try jsonValue.encode(to: encoder)
+    /// Reads the stored form back; nil when it is not one.
+    public init?(stored json: JSONValue) {
+        guard let typeURI = json["type"]?.stringValue else { return nil }
+        self.init(
+            typeURI: typeURI, type: EventType(rawValue: typeURI), subject: json["subject"].flatMap(Subject.init(json:)),
+            reason: json["reason"]?.stringValue, state: json["state"]?.stringValue)
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        typeURI = try container.decode(String.self, forKey: .typeURI)
-        type = EventType(rawValue: typeURI)
-        subject = try container.decodeIfPresent(Subject.self, forKey: .subject)
-        reason = try container.decodeIfPresent(String.self, forKey: .reason)
-        state = try container.decodeIfPresent(String.self, forKey: .state)
+    /// Reads a stored `events` array; nil unless every member is a stored event.
+    public static func stored(_ text: some Collection<UInt8>) -> [SecurityEvent]? {
+        guard let members = (try? JSONValue.parse(text))?.arrayValue else { return nil }
+        let events = members.compactMap(SecurityEvent.init(stored:))
+        return events.count == members.count ? events : nil
     }
 
     /// The name operators see: the type's short name, or `unknown`.

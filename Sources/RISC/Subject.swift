@@ -77,8 +77,9 @@ public enum Subject: Sendable, Equatable {
     }
 }
 
-extension Subject: Codable {
-    /// The stored form: SSF-style `format` names, and for tokens only the non-secret identifier.
+extension Subject {
+    /// The stored form: SSF-style `format` names, and for tokens only the non-secret identifier. `init(json:)`
+    /// reads it back (it accepts `format` as well as RISC's `subject_type`).
     public var jsonValue: JSONValue {
         switch self {
         case .issuerAndSubject(let iss, let sub):
@@ -95,20 +96,7 @@ extension Subject: Codable {
                 ].merging(tokenType.map { ["token_type": JSONValue.string($0)] } ?? [:]) { first, _ in first })
         case .email(let email): ["format": "email", "email": .string(email)]
         case .opaque(let id): ["format": "opaque", "id": .string(id)]
-        case .unrecognized(let format): ["format": .string(format ?? "unrecognized")]
+        case .unrecognized(let format): .object(format.map { ["format": .string($0)] } ?? [:])
         }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        try jsonValue.encode(to: encoder)
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let json = try JSONValue(from: decoder)
-        guard var object = json.objectValue else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "subject"))
-        }
-        if object["format"]?.stringValue == "oauth_token" { object["subject_type"] = .string("oauth_token") }
-        self = Subject(json: .object(object)) ?? .unrecognized(format: nil)
     }
 }

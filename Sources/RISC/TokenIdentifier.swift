@@ -19,7 +19,7 @@ public enum TokenIdentifier: Sendable, Equatable, Hashable {
             guard value.utf8.count == Self.prefixLength, Self.isPrintableASCII(value) else { return nil }
             self = .prefix(value)
         case "hash_base64_sha512_sha512":
-            guard let digest = Base64Lenient.decode(value), digest.count == SHA512.byteCount else { return nil }
+            guard let digest = Base64URL.decode(value), digest.count == SHA512.byteCount else { return nil }
             self = .doubleSHA512(digest)
         default:
             return nil

@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import RISC
 import RISCStore
+import RISCWorker
 
 /// The admin API under `/admin/v1` (SPEC §6), for scripts. Every route needs
 /// `Authorization: Bearer $RISC_ADMIN_TOKEN`; without that setting the routes do not exist.
@@ -32,7 +33,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
         group.get("users/:sub") { request, context in
             try await self.authorized(request) { try await self.user(context.parameters.get("sub")) }
         }
-        group.get("stats") { request, _ in try await self.authorized(request) { JSONResponse.make(status: .ok, json: try await self.queries.stats()) } }
+        group.get("stats") { request, _ in try await self.authorized(request) { JSONResponse.make(status: .ok, json: try await self.queries.stats().jsonValue) } }
     }
 
     func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
@@ -56,7 +57,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
         } catch {
             return Self.invalid(error)
         }
-        return JSONResponse.make(status: .ok, json: try await queries.events(filter))
+        return JSONResponse.make(status: .ok, json: try await queries.events(filter).jsonValue)
     }
 
     func event(_ id: String?) async throws -> Response {
@@ -64,7 +65,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
             return Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
         }
         guard let event = try await queries.event(id: id) else { return JSONResponse.error(.notFound, "not_found") }
-        return JSONResponse.make(status: .ok, json: event)
+        return JSONResponse.make(status: .ok, json: event.jsonValue)
     }
 
     func replay(_ id: String?) async throws -> Response {
@@ -72,7 +73,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
             return Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
         }
         switch try await queue.replay(id: id) {
-        case .replayed: return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": "pending"])
+        case .replayed: return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": .string(EventStatus.pending.rawValue)])
         case .notFound: return JSONResponse.error(.notFound, "not_found")
         case .ignored:
             return JSONResponse.error(.conflict, "not_replayable", description: "the event has no known type, so nothing to do")
@@ -82,7 +83,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
     func user(_ sub: String?) async throws -> Response {
         guard let sub, !sub.isEmpty else { return Self.invalid(.init(name: "sub", problem: "is required")) }
         guard let user = try await queries.user(sub: sub) else { return JSONResponse.error(.notFound, "not_found") }
-        return JSONResponse.make(status: .ok, json: user)
+        return JSONResponse.make(status: .ok, json: user.jsonValue)
     }
 
     static func invalid(_ error: AdminQueries.InvalidParameter) -> Response {

@@ -78,7 +78,7 @@ public func buildApplication(
     OperationsController<AppRequestContext>(
         postgres: dependencies.postgres, expectedMigrations: expectedMigrations,
         keys: [("risc_keys", dependencies.transmitterKeys), ("openid_keys", dependencies.identityProvider)],
-        queue: EventQueue(client: dependencies.postgres, logger: logger)
+        queries: AdminQueries(client: dependencies.postgres, logger: logger)
     ).addRoutes(to: router)
     ReceiverController<AppRequestContext>(
         verifier: SETVerifier(keys: dependencies.transmitterKeys, policy: dependencies.setPolicy),

@@ -15,13 +15,13 @@ public struct OperationsController<Context: RequestContext>: Sendable {
     /// The migration versions this build ships; nil when the directory could not be found.
     let expectedMigrations: [String]?
     let keys: [(name: String, keys: IssuerKeys)]
-    let queue: EventQueue
+    let queries: AdminQueries
 
-    public init(postgres: PostgresClient, expectedMigrations: [String]?, keys: [(name: String, keys: IssuerKeys)], queue: EventQueue) {
+    public init(postgres: PostgresClient, expectedMigrations: [String]?, keys: [(name: String, keys: IssuerKeys)], queries: AdminQueries) {
         self.postgres = postgres
         self.expectedMigrations = expectedMigrations
         self.keys = keys
-        self.queue = queue
+        self.queries = queries
     }
 
     public func addRoutes(to router: Router<Context>) {
@@ -76,14 +76,14 @@ public struct OperationsController<Context: RequestContext>: Sendable {
     }
 
     func metrics() async -> Response {
-        await Self.metrics(queue: queue)
+        await Self.metrics(queries: queries)
     }
 
-    static func metrics(queue: EventQueue) async -> Response {
+    static func metrics(queries: AdminQueries) async -> Response {
         // The backlog is read at scrape time, so it is right whichever process runs the workers.
-        if let backlog = try? await withTimeout(.seconds(1), { try await queue.backlog() }) {
+        if let backlog = try? await withTimeout(.seconds(1), { try await queries.backlog() }) {
             ServiceMetrics.queueDepth(backlog.depth)
-            ServiceMetrics.workerLag(seconds: backlog.oldestAgeSeconds)
+            ServiceMetrics.workerLag(seconds: backlog.oldestAgeSeconds ?? 0)
         }
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
@@ -115,9 +115,9 @@ public struct KeyWarmup: Service {
 /// For a process that runs only a worker: `/healthz` and `/metrics` on their own port, for probes and scrapes.
 public func buildMetricsApplication(host: String, port: Int, postgres: PostgresClient, logger: Logger) -> some ApplicationProtocol {
     _ = Telemetry.registry
-    let queue = EventQueue(client: postgres, logger: logger)
+    let queries = AdminQueries(client: postgres, logger: logger)
     let router = Router()
     router.get("/healthz") { _, _ in HTTPResponse.Status.ok }
-    router.get("/metrics") { _, _ in await OperationsController<BasicRequestContext>.metrics(queue: queue) }
+    router.get("/metrics") { _, _ in await OperationsController<BasicRequestContext>.metrics(queries: queries) }
     return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: nil), logger: logger)
 }

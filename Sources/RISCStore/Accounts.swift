@@ -76,12 +76,7 @@ public struct SessionStore: Sendable {
     }
 
     /// 256 random bits, base64url without padding.
-    static func newToken() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
-    }
+    static func newToken() -> String { Base64URL.random(bytes: 32) }
 
     public static func tokenHash(_ token: String) -> Data {
         Data(SHA256.hash(data: Data(token.utf8)))

@@ -18,7 +18,7 @@ public struct AdminQueries: Sendable {
     }
 
     public struct EventFilter: Sendable {
-        public var status: String?
+        public var status: EventStatus?
         /// A full event-type URI (a short name is resolved by `parse`).
         public var typeURI: String?
         public var sub: String?
@@ -29,18 +29,17 @@ public struct AdminQueries: Sendable {
 
         public init() {}
 
-        public static let statuses: Set<String> = ["pending", "retry", "done", "ignored", "dead"]
-
         /// Builds a filter from text parameters (query string or command-line options).
         public static func parse(
             status: String?, type: String?, sub: String?, since: String?, until: String?, limit: String?, cursor: String?
         ) throws(InvalidParameter) -> EventFilter {
             var filter = EventFilter()
             if let status {
-                guard statuses.contains(status) else {
-                    throw InvalidParameter(name: "status", problem: "must be one of \(statuses.sorted().joined(separator: ", "))")
+                guard let known = EventStatus(rawValue: status) else {
+                    let names = EventStatus.allCases.map(\.rawValue).sorted().joined(separator: ", ")
+                    throw InvalidParameter(name: "status", problem: "must be one of \(names)")
                 }
-                filter.status = status
+                filter.status = known
             }
             if let type {
                 if let known = EventType(uriOrShortName: type) {
@@ -87,22 +86,20 @@ public struct AdminQueries: Sendable {
     /// Pages run newest first by id. A cursor names the last id seen, so rows inserted meanwhile (with higher
     /// ids) never shift a page: the listing is stable under concurrent inserts.
     static func encodeCursor(_ id: Int64) -> String {
-        Data("e:\(id)".utf8).base64EncodedString().replacingOccurrences(of: "=", with: "")
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        Base64URL.encode(Array("e:\(id)".utf8))
     }
 
     static func decodeCursor(_ cursor: String) -> Int64? {
-        guard let data = Base64Lenient.decode(cursor), let text = String(data: data, encoding: .utf8), text.hasPrefix("e:")
+        guard let data = Base64URL.decode(cursor), let text = String(data: data, encoding: .utf8), text.hasPrefix("e:")
         else { return nil }
         return Int64(text.dropFirst(2))
     }
 
-    /// `{"events": [...], "next_cursor": ... | null}`
-    public func events(_ filter: EventFilter) async throws -> JSONValue {
+    public func events(_ filter: EventFilter) async throws -> EventPage {
         let before = filter.cursor.flatMap(Self.decodeCursor)
         let rows = try await client.query(
             """
-            SELECT id, jti, event_types, subject_sub, status, attempts, received_at, completed_at
+            SELECT \(unescaped: EventSummary.columns)
             FROM risc_events
             WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
               AND (\(filter.typeURI)::text IS NULL OR \(filter.typeURI) = ANY (event_types))
@@ -113,74 +110,45 @@ public struct AdminQueries: Sendable {
             ORDER BY id DESC
             LIMIT \(filter.limit + 1)
             """, logger: logger)
-        var events: [JSONValue] = []
-        var lastID: Int64?
-        var more = false
-        for try await row in rows.decode((Int64, String, [String], String?, String, Int32, Date, Date?).self) {
-            if events.count == filter.limit {
-                more = true
+        var page = EventPage(events: [])
+        for try await row in rows.decode(EventSummary.Row.self) {
+            if page.events.count == filter.limit {
+                page.nextCursor = Self.encodeCursor(page.events.last!.id)
                 break
             }
-            events.append(Self.summary(row))
-            lastID = row.0
+            page.events.append(EventSummary(row: row))
         }
-        return ["events": .array(events), "next_cursor": more ? .string(Self.encodeCursor(lastID!)) : .null]
+        return page
     }
 
-    static func summary(_ row: (Int64, String, [String], String?, String, Int32, Date, Date?)) -> JSONValue {
-        let (id, jti, types, sub, status, attempts, receivedAt, completedAt) = row
-        let type = types.first ?? ""
-        return [
-            "id": .number(Double(id)), "jti": .string(jti), "type": .string(type),
-            "type_name": .string(EventType(rawValue: type)?.shortName ?? "unknown"), "sub": sub.map(JSONValue.string) ?? .null,
-            "status": .string(status), "attempts": .number(Double(attempts)), "received_at": .timestamp(receivedAt),
-            "completed_at": completedAt.map(JSONValue.timestamp) ?? .null,
-        ]
-    }
-
-    /// One event in full: the claims as signed (never the signature), the decoded events, and its actions.
-    public func event(id: Int64) async throws -> JSONValue? {
+    public func event(id: Int64) async throws -> EventDetail? {
         let rows = try await client.query(
             """
-            SELECT id, jti, event_types, subject_sub, status, attempts, received_at, completed_at,
-                   issuer, issued_at, run_after, last_error, claims::text, events::text
+            SELECT \(unescaped: EventSummary.columns), issuer, issued_at, run_after, last_error, claims::text, events::text
             FROM risc_events WHERE id = \(id)
             """, logger: logger)
-        var found: JSONValue?
+        var found: EventDetail?
         for try await row in rows.decode(
-            (Int64, String, [String], String?, String, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
+            (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
         {
-            guard case .object(var object) = Self.summary((row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7)) else { continue }
-            object["types"] = .array(row.2.map(JSONValue.string))
-            object["issuer"] = .string(row.8)
-            object["issued_at"] = .timestamp(row.9)
-            object["run_after"] = ["pending", "retry"].contains(row.4) ? .timestamp(row.10) : .null
-            object["last_error"] = row.11.map(JSONValue.string) ?? .null
-            // Exactly as received (a `json` column keeps the text): a number or escape is never rewritten.
-            object["claims"] = .verbatim(row.12)
-            object["decoded_events"] = (try? JSONValue.parse(Data(row.13.utf8))) ?? .null
-            found = .object(object)
+            let summary = EventSummary(row: (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7))
+            found = EventDetail(
+                summary: summary, issuer: row.8, issuedAt: row.9, runAfter: EventStatus.waiting.contains(summary.status) ? row.10 : nil,
+                lastError: row.11, claimsJSON: row.12, decodedEvents: SecurityEvent.stored(row.13.utf8), actions: [])
         }
-        guard case .object(var object) = found else { return nil }
-        var actions: [JSONValue] = []
-        for try await (kind, sub, detail, count, appliedAt) in try await client.query(
+        guard var detail = found else { return nil }
+        for try await (kind, sub, text, count, appliedAt) in try await client.query(
             "SELECT kind, sub, detail, rows_affected, applied_at FROM risc_event_actions WHERE event_id = \(id) ORDER BY id",
             logger: logger
-        ).decode((String, String?, String?, Int32, Date).self) {
-            actions.append([
-                "kind": .string(kind), "sub": sub.map(JSONValue.string) ?? .null, "detail": detail.map(JSONValue.string) ?? .null,
-                "rows_affected": .number(Double(count)), "applied_at": .timestamp(appliedAt),
-            ])
+        ).decode((ActionKind, String?, String?, Int32, Date).self) {
+            detail.actions.append(RecordedAction(kind: kind, sub: sub, detail: text, rowsAffected: Int(count), appliedAt: appliedAt))
         }
-        object["actions"] = .array(actions)
-        return .object(object)
+        return detail
     }
 
-    /// Everything about one user: account state, flags, sessions and grants, and recent events. Nil when
-    /// the service has never heard of the sub.
-    public func user(sub: String) async throws -> JSONValue? {
-        var account: JSONValue?
-        var flags = AccountFlags()
+    /// Everything about one user. Nil when the service has never heard of the sub.
+    public func user(sub: String) async throws -> UserReport? {
+        var report = UserReport(sub: sub, account: nil, flags: AccountFlags(), sessions: .init(), grants: .init(), recentEvents: [])
         for try await row in try await client.query(
             """
             SELECT email, email_verified, name, hd, sign_in_disabled, disabled_reason, sign_in_state_at, review_required,
@@ -188,16 +156,11 @@ public struct AdminQueries: Sendable {
             FROM risc_users WHERE sub = \(sub)
             """, logger: logger
         ).decode((String?, Bool?, String?, String?, Bool, String?, Date?, Bool, Bool, Date, Date?).self) {
-            flags = AccountFlags(signInDisabled: row.4, reviewRequired: row.7, credentialChangeRequired: row.8)
-            account = [
-                "email": row.0.map(JSONValue.string) ?? .null, "email_verified": row.1.map(JSONValue.bool) ?? .null,
-                "name": row.2.map(JSONValue.string) ?? .null, "hd": row.3.map(JSONValue.string) ?? .null,
-                "sign_in_disabled": .bool(row.4), "disabled_reason": row.5.map(JSONValue.string) ?? .null,
-                "sign_in_state_at": row.6.map(JSONValue.timestamp) ?? .null, "first_seen_at": .timestamp(row.9),
-                "last_sign_in_at": row.10.map(JSONValue.timestamp) ?? .null,
-            ]
+            report.flags = AccountFlags(signInDisabled: row.4, reviewRequired: row.7, credentialChangeRequired: row.8)
+            report.account = .init(
+                email: row.0, emailVerified: row.1, name: row.2, hd: row.3, disabledReason: row.5, signInStateAt: row.6,
+                firstSeenAt: row.9, lastSignInAt: row.10)
         }
-        var sessions: JSONValue = ["active": 0, "revoked": 0]
         for try await (active, revoked) in try await client.query(
             """
             SELECT count(*) FILTER (WHERE revoked_at IS NULL AND expires_at > now())::int8,
@@ -205,66 +168,60 @@ public struct AdminQueries: Sendable {
             FROM risc_sessions WHERE sub = \(sub)
             """, logger: logger
         ).decode((Int64, Int64).self) {
-            sessions = ["active": .number(Double(active)), "revoked": .number(Double(revoked))]
+            report.sessions = .init(active: Int(active), revoked: Int(revoked))
         }
-        var grants: JSONValue = ["active": 0, "revoked": 0]
         for try await (active, revoked) in try await client.query(
             """
             SELECT count(*) FILTER (WHERE revoked_at IS NULL)::int8, count(*) FILTER (WHERE revoked_at IS NOT NULL)::int8
             FROM risc_grants WHERE sub = \(sub)
             """, logger: logger
         ).decode((Int64, Int64).self) {
-            grants = ["active": .number(Double(active)), "revoked": .number(Double(revoked))]
+            report.grants = .init(active: Int(active), revoked: Int(revoked))
         }
         var filter = EventFilter()
         filter.sub = sub
         filter.limit = 20
-        let recent = try await events(filter)["events"] ?? []
-        if account == nil, sessions == ["active": 0, "revoked": 0], grants == ["active": 0, "revoked": 0], recent == [] {
-            return nil
-        }
-        return [
-            "sub": .string(sub), "account": account ?? .null, "flags": .array(flags.names.map(JSONValue.string)),
-            "sessions": sessions, "grants": grants, "recent_events": recent,
-        ]
+        report.recentEvents = try await events(filter).events
+        let nothing = UserReport.Counts()
+        if report.account == nil, report.sessions == nothing, report.grants == nothing, report.recentEvents.isEmpty { return nil }
+        return report
     }
 
-    public func stats() async throws -> JSONValue {
-        var byStatus: [String: JSONValue] = Dictionary(uniqueKeysWithValues: EventFilter.statuses.map { ($0, JSONValue.number(0)) })
+    public func stats() async throws -> QueueStats {
+        var stats = QueueStats(byStatus: [:], byType: [:], backlog: try await backlog())
         for try await (status, count) in try await client.query(
             "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger
-        ).decode((String, Int64).self) {
-            byStatus[status] = .number(Double(count))
+        ).decode((EventStatus, Int64).self) {
+            stats.byStatus[status] = Int(count)
         }
-        var byType: [String: JSONValue] = [:]
         for try await (type, count) in try await client.query(
             "SELECT t, count(*)::int8 FROM risc_events, unnest(event_types) AS t GROUP BY t", logger: logger
         ).decode((String, Int64).self) {
-            byType[EventType(rawValue: type)?.shortName ?? type] = .number(Double(count))
+            stats.byType[EventType(rawValue: type)?.shortName ?? type] = Int(count)
         }
-        var depth: Int64 = 0
-        var oldest: Double?
-        for try await (count, age) in try await client.query(
+        return stats
+    }
+
+    /// How many events wait for a worker, and the age of the oldest: for `stats` and the metrics.
+    public func backlog() async throws -> Backlog {
+        var backlog = Backlog()
+        for try await (depth, age) in try await client.query(
             """
             SELECT count(*)::int8, extract(epoch FROM now() - min(received_at))::float8
-            FROM risc_events WHERE status IN ('pending', 'retry')
+            FROM risc_events WHERE status = ANY(\(EventStatus.waiting))
             """, logger: logger
         ).decode((Int64, Double?).self) {
-            depth = count
-            oldest = age
+            backlog = Backlog(depth: Int(depth), oldestAgeSeconds: age)
         }
-        return [
-            "by_status": .object(byStatus), "by_type": .object(byType), "queue_depth": .number(Double(depth)),
-            "oldest_pending_age_seconds": oldest.map(JSONValue.number) ?? .null, "dead": byStatus["dead"] ?? 0,
-        ]
+        return backlog
     }
 
     /// The ids of every dead event, oldest first (for `events replay --dead`).
     public func deadEventIDs() async throws -> [Int64] {
         var ids: [Int64] = []
-        for try await id in try await client.query("SELECT id FROM risc_events WHERE status = 'dead' ORDER BY id", logger: logger)
-            .decode(Int64.self)
-        {
+        for try await id in try await client.query(
+            "SELECT id FROM risc_events WHERE status = \(EventStatus.dead) ORDER BY id", logger: logger
+        ).decode(Int64.self) {
             ids.append(id)
         }
         return ids

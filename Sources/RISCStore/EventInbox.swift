@@ -17,8 +17,8 @@ public struct InboundEvent: Sendable {
     /// The payload exactly as signed.
     public var claimsJSON: String
     public var issuedAt: Date
-    /// No event of a known type: stored as `ignored`, never worked on.
-    public var ignored: Bool
+    /// `pending`, or `ignored` when no event is of a known type (stored, never worked on).
+    public var status: EventStatus
 
     public init(token: SecurityEventToken) {
         issuer = token.issuer
@@ -28,7 +28,7 @@ public struct InboundEvent: Sendable {
         eventsJSON = JSONValue.array(token.events.map(\.jsonValue)).serialized
         claimsJSON = String(decoding: token.payloadJSON, as: UTF8.self)
         issuedAt = token.issuedAt
-        ignored = token.isIgnored
+        status = EventStatus.initial(knownType: !token.isIgnored)
     }
 }
 
@@ -222,7 +222,7 @@ private struct StoreEvents: PostgresPreparedStatement {
         bindings.append(events.map(\.eventsJSON))
         bindings.append(events.map(\.claimsJSON))
         bindings.append(events.map { $0.issuedAt.timeIntervalSince1970 })
-        bindings.append(events.map { $0.ignored ? "ignored" : "pending" })
+        try bindings.append(events.map(\.status))
         return bindings
     }
 

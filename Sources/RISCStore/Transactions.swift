@@ -4,7 +4,7 @@ import PostgresNIO
 extension PostgresClient {
     /// `withTransaction`, throwing what actually went wrong (the body's error, or the BEGIN's or COMMIT's)
     /// rather than postgres-nio's wrapper, so callers can match on it.
-    func transaction<Result: Sendable>(
+    public func transaction<Result: Sendable>(
         logger: Logger, _ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending Result
     ) async throws -> Result {
         do {

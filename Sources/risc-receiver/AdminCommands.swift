@@ -5,6 +5,7 @@ import PostgresNIO
 import RISC
 import RISCServer
 import RISCStore
+import RISCWorker
 
 /// The database connection the admin commands share (DATABASE_URL, or --config FILE).
 struct AdminOptions: ParsableArguments {
@@ -41,7 +42,7 @@ struct Events: AsyncParsableCommand {
 struct EventsList: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "list", abstract: "Stored events, newest first.")
 
-    @Option(help: "pending, retry, done, ignored or dead.") var status: String?
+    @Option(help: "\(EventStatus.allCases.map(\.rawValue).joined(separator: ", ")).") var status: String?
     @Option(help: "An event-type URI or short name (sessions-revoked, ...).") var type: String?
     @Option(help: "The Google account sub.") var sub: String?
     @Option(help: "Received at or after (RFC 3339).") var since: String?
@@ -63,9 +64,9 @@ struct EventsList: AsyncParsableCommand {
         let filter = try AdminQueries.EventFilter.parse(
             status: status, type: type, sub: sub, since: since, until: until, limit: limit, cursor: cursor)
         let page = try await options.withQueries { queries, _ in try await queries.events(filter) }
-        if options.json { return options.printJSON(page) }
-        print(Table.events(page["events"]?.arrayValue ?? []))
-        if let next = page["next_cursor"]?.stringValue { print("\nmore: --cursor \(next)") }
+        if options.json { return options.printJSON(page.jsonValue) }
+        print(Table.events(page.events))
+        if let next = page.nextCursor { print("\nmore: --cursor \(next)") }
     }
 }
 
@@ -80,16 +81,17 @@ struct EventsShow: AsyncParsableCommand {
         guard let event = try await options.withQueries({ queries, _ in try await queries.event(id: id) }) else {
             throw Bootstrap.fail("no event \(id)")
         }
-        if options.json { return options.printJSON(event) }
+        let json = event.jsonValue
+        if options.json { return options.printJSON(json) }
         for key in ["id", "jti", "issuer", "type", "sub", "status", "attempts", "received_at", "issued_at", "completed_at", "run_after", "last_error"] {
-            print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(event[key]))")
+            print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(json[key]))")
         }
-        print("claims        \(event["claims"]?.serialized ?? "")")
+        print("claims        \(event.claimsJSON)")
         print("\nactions:")
         print(Table.render(
             headers: ["KIND", "SUB", "ROWS", "DETAIL", "APPLIED"],
-            rows: (event["actions"]?.arrayValue ?? []).map { action in
-                ["kind", "sub", "rows_affected", "detail", "applied_at"].map { Table.text(action[$0]) }
+            rows: event.actions.map { action in
+                [action.kind.rawValue, action.sub ?? "-", String(action.rowsAffected), action.detail ?? "-", Table.text(.timestamp(action.appliedAt))]
             }))
     }
 }
@@ -149,20 +151,21 @@ struct UsersShow: AsyncParsableCommand {
         guard let user = try await options.withQueries({ queries, _ in try await queries.user(sub: sub) }) else {
             throw Bootstrap.fail("no user \(sub)")
         }
-        if options.json { return options.printJSON(user) }
+        let json = user.jsonValue
+        if options.json { return options.printJSON(json) }
         func line(_ key: String, _ value: String) { print("\(key.padding(toLength: 19, withPad: " ", startingAt: 0)) \(value)") }
         line("sub", sub)
-        if let account = user["account"]?.objectValue {
+        if let account = json["account"]?.objectValue {
             for key in account.keys.sorted() { line(key, Table.text(account[key])) }
         } else {
             line("account", "(never signed in)")
         }
-        line("flags", (user["flags"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", "))
-        for kind in ["sessions", "grants"] {
-            line(kind, "\(Table.text(user[kind]?["active"])) active, \(Table.text(user[kind]?["revoked"])) revoked")
+        line("flags", user.flags.names.joined(separator: ", "))
+        for (kind, counts) in [("sessions", user.sessions), ("grants", user.grants)] {
+            line(kind, "\(counts.active) active, \(counts.revoked) revoked")
         }
         print("\nrecent events:")
-        print(Table.events(user["recent_events"]?.arrayValue ?? []))
+        print(Table.events(user.recentEvents))
     }
 }
 
@@ -173,15 +176,14 @@ struct Stats: AsyncParsableCommand {
 
     func run() async throws {
         let stats = try await options.withQueries { queries, _ in try await queries.stats() }
-        if options.json { return options.printJSON(stats) }
-        print("queue depth   \(Table.text(stats["queue_depth"]))")
-        print("oldest        \(Table.text(stats["oldest_pending_age_seconds"])) s")
-        print("dead          \(Table.text(stats["dead"]))\n")
-        let byStatus = stats["by_status"]?.objectValue ?? [:]
-        print(Table.render(headers: ["STATUS", "EVENTS"], rows: byStatus.keys.sorted().map { [$0, Table.text(byStatus[$0])] }))
+        if options.json { return options.printJSON(stats.jsonValue) }
+        print("queue depth   \(stats.backlog.depth)")
+        print("oldest        \(Table.text(stats.backlog.oldestAgeSeconds.map(JSONValue.number))) s")
+        print("dead          \(stats.dead)\n")
+        let statuses = EventStatus.allCases.sorted { $0.rawValue < $1.rawValue }
+        print(Table.render(headers: ["STATUS", "EVENTS"], rows: statuses.map { [$0.rawValue, String(stats.byStatus[$0] ?? 0)] }))
         print()
-        let byType = stats["by_type"]?.objectValue ?? [:]
-        print(Table.render(headers: ["TYPE", "EVENTS"], rows: byType.keys.sorted().map { [$0, Table.text(byType[$0])] }))
+        print(Table.render(headers: ["TYPE", "EVENTS"], rows: stats.byType.keys.sorted().map { [$0, String(stats.byType[$0]!)] }))
     }
 }
 
@@ -200,11 +202,13 @@ enum Table {
         return ([line(headers)] + rows.map(line)).joined(separator: "\n")
     }
 
-    static func events(_ events: [JSONValue]) -> String {
+    static func events(_ events: [EventSummary]) -> String {
         if events.isEmpty { return "(no events)" }
         return render(
             headers: ["ID", "RECEIVED", "TYPE", "STATUS", "ATTEMPTS", "SUB"],
-            rows: events.map { event in ["id", "received_at", "type_name", "status", "attempts", "sub"].map { text(event[$0]) } })
+            rows: events.map { event in
+                [String(event.id), text(.timestamp(event.receivedAt)), event.typeName, event.status.rawValue, String(event.attempts), event.sub ?? "-"]
+            })
     }
 
     static func text(_ value: JSONValue?) -> String {

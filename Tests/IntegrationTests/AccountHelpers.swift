@@ -64,8 +64,7 @@ extension Harness {
     }
 
     func authorize(sub: String, verifier: String) async throws -> String {
-        let challenge = Data(SHA256Digest.of(verifier)).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        let challenge = Base64URL.encode(SHA256Digest.of(verifier))
         let reply = try await call(
             .POST, transmitter.baseURL + "/dev/authorize",
             json: [

@@ -3,6 +3,7 @@ import Foundation
 import PostgresNIO
 import RISC
 import RISCStore
+import RISCWorker
 import Testing
 
 /// The defects a hostile sender could reach (issue 10), each pinned by a test that failed before its fix.

@@ -217,7 +217,7 @@ struct Harness {
 /// The `jti` claim of a compact JWS, or "" when it has none.
 func jti(of token: String) -> String {
     let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-    guard parts.count == 3, let payload = Base64Lenient.decode(parts[1]),
+    guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
         let object = try? JSONSerialization.jsonObject(with: payload) as? [String: Any]
     else { return "" }
     return object["jti"] as? String ?? ""

@@ -903,8 +903,8 @@ private struct Forge {
         return String((0..<count).map { _ in alphabet[Int.random(in: 0..<alphabet.count, using: &generator)] })
     }
 
-    static func b64(_ text: String) -> String { Base64Lenient.urlEncoded(Array(text.utf8)) }
-    static func b64(_ bytes: [UInt8]) -> String { Base64Lenient.urlEncoded(bytes) }
+    static func b64(_ text: String) -> String { Base64URL.encode(Array(text.utf8)) }
+    static func b64(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
 
     static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 

@@ -26,7 +26,7 @@ struct RejectionTests {
     func unsigned(header: JSONValue, claims: JSONValue, signature: String = "c2lnbmF0dXJl") -> String {
         let encoder = JSONEncoder()
         return [
-            Base64Lenient.urlEncoded(try! encoder.encode(header)), Base64Lenient.urlEncoded(try! encoder.encode(claims)),
+            Base64URL.encode(try! encoder.encode(header)), Base64URL.encode(try! encoder.encode(claims)),
             signature,
         ].joined(separator: ".")
     }

@@ -41,10 +41,10 @@ struct AccountRulesTests {
 
     @Test("A subject that names no Google account, or the wrong kind, is skipped with a reason")
     func skipped() {
-        #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .email("a@example.com")), audience: []).map(\.kind) == ["skip"])
-        #expect(AccountAction.actions(for: event(.tokenRevoked), audience: []).map(\.kind) == ["skip"])
+        #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .email("a@example.com")), audience: []).map(\.kind) == [.skip])
+        #expect(AccountAction.actions(for: event(.tokenRevoked), audience: []).map(\.kind) == [.skip])
         let unknown = SecurityEvent(typeURI: "https://example.com/new", type: nil, subject: subject)
-        #expect(AccountAction.actions(for: unknown, audience: []).map(\.kind) == ["skip"])
+        #expect(AccountAction.actions(for: unknown, audience: []).map(\.kind) == [.skip])
     }
 
     @Test("Only a non-empty sub issued by Google's sign-in names a user")
@@ -69,7 +69,7 @@ struct AccountRulesTests {
         for tokenType: String? in ["access_token", nil, "Refresh_Token"] {
             #expect(
                 AccountAction.actions(for: event(.tokenRevoked, subject: .oauthToken(tokenType: tokenType, identifier: identifier)), audience: ["a"])
-                    .map(\.kind) == ["skip"])
+                    .map(\.kind) == [.skip])
         }
         let actions = AccountAction.actions(
             for: event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)), audience: ["a", "b"])
@@ -90,7 +90,7 @@ struct AccountRulesTests {
             .replacingOccurrences(of: "=", with: "")
         let identifier = try #require(TokenIdentifier(algorithm: "hash_base64_sha512_sha512", value: urlSafeUnpadded))
         #expect(AccountAction.deleteGrant(identifier, clientIDs: []).argument == canonical)
-        #expect(AccountAction.deleteGrant(identifier, clientIDs: []).kind == "delete_grant_by_hash")
+        #expect(AccountAction.deleteGrant(identifier, clientIDs: []).kind == .deleteGrantByHash)
     }
 
     @Test("Retries back off exponentially with jitter, capped, then dead-letter")

@@ -99,12 +99,22 @@ struct EventModelTests {
         #expect(EventType(uriOrShortName: "nope") == nil)
     }
 
-    @Test("The decoded event round-trips through its stored JSON")
+    @Test("The decoded event round-trips through its stored JSON: the worker reads what the inbox wrote")
     func storedForm() throws {
-        let event = SecurityEvent(
-            typeURI: EventType.tokenRevoked.rawValue, type: .tokenRevoked,
-            subject: .oauthToken(tokenType: "refresh_token", identifier: .doubleSHA512(Data(repeating: 7, count: 64))))
-        let decoded = try JSONDecoder().decode(SecurityEvent.self, from: JSONEncoder().encode(event))
-        #expect(decoded == event)
+        let subjects: [Subject?] = [
+            nil, .issuerAndSubject(iss: "https://accounts.google.com", sub: "1"),
+            .idTokenClaims(iss: "https://accounts.google.com", sub: "2", email: "a@example.com"),
+            .idTokenClaims(iss: "accounts.google.com", sub: "3", email: nil),
+            .oauthToken(tokenType: "refresh_token", identifier: .doubleSHA512(Data(repeating: 7, count: 64))),
+            .oauthToken(tokenType: nil, identifier: .prefix("1//0abcdefghijkl")), .email("a@example.com"), .opaque("x"),
+            .unrecognized(format: "complex"), .unrecognized(format: nil),
+        ]
+        var events = subjects.map { SecurityEvent(typeURI: EventType.tokensRevoked.rawValue, type: .tokensRevoked, subject: $0) }
+        events.append(SecurityEvent(typeURI: EventType.accountDisabled.rawValue, type: .accountDisabled, subject: subjects[1], reason: "hijacking"))
+        events.append(SecurityEvent(typeURI: EventType.verification.rawValue, type: .verification, subject: nil, state: "s"))
+        events.append(SecurityEvent(typeURI: "https://example.com/unknown", type: nil, subject: subjects[1]))
+        let stored = JSONValue.array(events.map(\.jsonValue)).serialized
+        #expect(SecurityEvent.stored(Array(stored.utf8)) == events)
+        #expect(SecurityEvent.stored(Array(#"[{"name": "no type"}]"#.utf8)) == nil)
     }
 }

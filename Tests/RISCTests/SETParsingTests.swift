@@ -29,12 +29,12 @@ struct SETRejectionTests {
     @Test("Non-canonical base64url (unused low bits set) is invalid_request: a token has one spelling")
     func nonCanonicalBase64() {
         // "e30" and "e31" both decode to "{}"; only the first is canonical.
-        #expect(Base64Lenient.decodeJWSSegment(Array("e30".utf8)) == Data("{}".utf8))
-        #expect(Base64Lenient.decodeJWSSegment(Array("e31".utf8)) == nil)
-        #expect(Base64Lenient.decodeJWSSegment(Array("eyI".utf8)) == Data("{\"".utf8))
-        #expect(Base64Lenient.decodeJWSSegment(Array("eyJ".utf8)) == nil)
-        #expect(Base64Lenient.decodeJWSSegment(Array("QQ".utf8)) == Data("A".utf8))
-        #expect(Base64Lenient.decodeJWSSegment(Array("QR".utf8)) == nil)
+        #expect(Base64URL.decodeJWSSegment(Array("e30".utf8)) == Data("{}".utf8))
+        #expect(Base64URL.decodeJWSSegment(Array("e31".utf8)) == nil)
+        #expect(Base64URL.decodeJWSSegment(Array("eyI".utf8)) == Data("{\"".utf8))
+        #expect(Base64URL.decodeJWSSegment(Array("eyJ".utf8)) == nil)
+        #expect(Base64URL.decodeJWSSegment(Array("QQ".utf8)) == Data("A".utf8))
+        #expect(Base64URL.decodeJWSSegment(Array("QR".utf8)) == nil)
         let token = T.compact()
         var parts = token.split(separator: ".").map(String.init)
         parts[2] = "c2lnbmF0dXJlcw"  // "signatures": 14 characters, canonical
@@ -45,8 +45,8 @@ struct SETRejectionTests {
 
     @Test("A header or payload that is not a JSON object is invalid_request")
     func notJSON() {
-        let garbage = Base64Lenient.urlEncoded(Data("not json".utf8))
-        let array = Base64Lenient.urlEncoded(Data("[1,2]".utf8))
+        let garbage = Base64URL.encode(Data("not json".utf8))
+        let array = Base64URL.encode(Data("[1,2]".utf8))
         #expect(T.rejection("\(garbage).\(T.segment(T.claims())).c2ln")?.code == .invalidRequest)
         #expect(T.rejection("\(T.segment(T.header())).\(garbage).c2ln")?.code == .invalidRequest)
         #expect(T.rejection("\(T.segment(T.header())).\(array).c2ln")?.code == .invalidRequest)

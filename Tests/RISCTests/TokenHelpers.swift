@@ -11,7 +11,7 @@ enum TestTokens {
     static func segment(_ json: JSONValue) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
-        return Base64Lenient.urlEncoded(try! encoder.encode(json))
+        return Base64URL.encode(try! encoder.encode(json))
     }
 
     static func header(alg: String = "RS256", kid: String? = "key-1", typ: String? = nil) -> JSONValue {

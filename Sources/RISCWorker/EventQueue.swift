@@ -2,10 +2,16 @@ import Foundation
 import Logging
 import PostgresNIO
 import RISC
+import RISCStore
 
-/// The worker's side of `risc_events` (SPEC §4): claims runnable events with `FOR UPDATE SKIP LOCKED`,
-/// applies their actions, and marks them done, all in one transaction. A worker killed at any instant
-/// rolls back with its connection: the events stay pending and nothing is applied twice.
+/// The worker's side of `risc_events` (SPEC §4), and every status change after ingest (`EventStatus`).
+/// One batch, top to bottom, in one transaction:
+/// 1. `claim`: waiting events (`pending`, or `retry` once due) with `FOR UPDATE SKIP LOCKED`;
+/// 2. `AccountAction.actions(for:audience:)` (module RISC) decides each event's actions, without I/O;
+/// 3. `apply`: `risc_apply_actions` (SQL) takes each user's lock, carries the actions out, records them,
+///    and marks the events `done`.
+/// A worker killed at any instant rolls back with its connection: the events stay waiting and nothing is
+/// applied twice. A failing event goes to `retry` or `dead` (`recordFailure`); `replay` brings one back.
 public struct EventQueue: Sendable {
     public struct BatchResult: Sendable, Equatable {
         public var claimed = 0
@@ -78,38 +84,11 @@ public struct EventQueue: Sendable {
                 if let status = try await recordFailure(id: id, message: EventInbox.describe(error)) {
                     result.claimed += 1
                     result.failed += 1
-                    if status == "dead" { result.dead += 1 } else { result.retried += 1 }
+                    if status == .dead { result.dead += 1 } else { result.retried += 1 }
                 }
             }
         }
         return result
-    }
-
-    public enum ReplayOutcome: Sendable, Equatable {
-        case replayed
-        case notFound
-        /// Ignored events (no known type) have nothing to do.
-        case ignored
-    }
-
-    /// Makes a finished, failed or dead event runnable again (an operator's replay) and wakes the workers.
-    /// Its actions are applied again; every action is idempotent.
-    public func replay(id: Int64) async throws -> ReplayOutcome {
-        var outcome = ReplayOutcome.notFound
-        let rows = try await client.query(
-            """
-            WITH target AS (SELECT id, status FROM risc_events WHERE id = \(id) FOR UPDATE),
-            updated AS (
-                UPDATE risc_events e
-                SET status = 'pending', attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
-                FROM target WHERE e.id = target.id AND target.status <> 'ignored'
-                RETURNING e.id
-            )
-            SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
-            """, logger: logger)
-        for try await (_, updated) in rows.decode((String, Bool).self) { outcome = updated ? .replayed : .ignored }
-        if outcome == .replayed { try await client.query("SELECT pg_notify('risc_events', '')", logger: logger) }
-        return outcome
     }
 
     private func claim(limit: Int, id: Int64?, on connection: PostgresConnection) async throws -> [Claimed] {
@@ -118,20 +97,20 @@ public struct EventQueue: Sendable {
             rows = try await connection.query(
                 """
                 SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null') FROM risc_events
-                WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED
+                WHERE id = \(id) AND status = ANY(\(EventStatus.waiting)) FOR UPDATE SKIP LOCKED
                 """, logger: logger)
         } else {
             rows = try await connection.query(
                 """
                 SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null') FROM risc_events
-                WHERE status IN ('pending', 'retry') AND run_after <= now()
+                WHERE status = ANY(\(EventStatus.waiting)) AND run_after <= now()
                 ORDER BY run_after, id LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 """, logger: logger)
         }
         var claimed: [Claimed] = []
         for try await (id, eventsJSON, attempts, audienceJSON) in rows.decode((Int64, String, Int32, String).self) {
             let actions: Result<[(position: Int, action: AccountAction)], Failure>
-            if let events = try? JSONDecoder().decode([SecurityEvent].self, from: Data(eventsJSON.utf8)) {
+            if let events = SecurityEvent.stored(eventsJSON.utf8) {
                 actions = .success(AccountAction.actions(for: events, audience: Self.audience(audienceJSON)))
             } else {
                 actions = .failure(Failure(message: "the stored events cannot be decoded"))
@@ -143,7 +122,7 @@ public struct EventQueue: Sendable {
 
     /// The `aud` claim as a list: a string, or the strings of an array.
     static func audience(_ json: String) -> [String] {
-        switch try? JSONValue.parse(Data(json.utf8)) {
+        switch try? JSONValue.parse(json.utf8) {
         case .string(let value)?: [value]
         case .array(let values)?: values.compactMap(\.stringValue)
         default: []
@@ -168,7 +147,7 @@ public struct EventQueue: Sendable {
             case .failure(let failure):
                 let status = try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
                 result.failed += 1
-                if status == "dead" { result.dead += 1 } else { result.retried += 1 }
+                if status == .dead { result.dead += 1 } else { result.retried += 1 }
             }
         }
         // Sorted by user: the function takes each user's lock once, in the same order in every worker.
@@ -187,9 +166,9 @@ public struct EventQueue: Sendable {
         // What the batch changed, for the metrics (counted once it has committed).
         let totals = try await connection.query(
             """
-            SELECT coalesce(sum(rows_affected) FILTER (WHERE kind = 'revoke_sessions'), 0)::int8,
-                   coalesce(sum(rows_affected) FILTER (WHERE kind LIKE 'delete_grant%'), 0)::int8,
-                   count(*) FILTER (WHERE kind = 'ambiguous_token_identifier')::int8
+            SELECT coalesce(sum(rows_affected) FILTER (WHERE kind = ANY(\(ActionKind.revokingSessions))), 0)::int8,
+                   coalesce(sum(rows_affected) FILTER (WHERE kind = ANY(\(ActionKind.deletingGrants))), 0)::int8,
+                   count(*) FILTER (WHERE kind = \(ActionKind.ambiguousTokenIdentifier))::int8
             FROM risc_event_actions WHERE event_id = ANY(\(done))
             """, logger: logger)
         for try await (sessions, grants, ambiguous) in totals.decode((Int64, Int64, Int64).self) {
@@ -202,26 +181,26 @@ public struct EventQueue: Sendable {
 
     /// Counts a failed attempt: retry later with backoff, or dead-letter after the last attempt. Returns the new status.
     @discardableResult
-    private func recordFailure(id: Int64, attempts: Int, message: String, on connection: PostgresConnection) async throws -> String {
+    private func recordFailure(id: Int64, attempts: Int, message: String, on connection: PostgresConnection) async throws -> EventStatus {
         let (status, delay) = failureDecision(attempts: attempts + 1)
         try await connection.query(
             """
             UPDATE risc_events
             SET attempts = attempts + 1, status = \(status), run_after = now() + make_interval(secs => \(delay)),
                 last_error = \(message)
-            WHERE id = \(id) AND status IN ('pending', 'retry')
+            WHERE id = \(id) AND status = ANY(\(EventStatus.waiting))
             """, logger: logger)
         logFailure(id: id, attempts: attempts + 1, status: status, message: message)
         return status
     }
 
     /// The new status, or nil when the event was no longer this worker's to fail.
-    private func recordFailure(id: Int64, message: String) async throws -> String? {
+    private func recordFailure(id: Int64, message: String) async throws -> EventStatus? {
         try await client.transaction(logger: logger) { connection in
             let rows = try await connection.query(
-                "SELECT attempts FROM risc_events WHERE id = \(id) AND status IN ('pending', 'retry') FOR UPDATE SKIP LOCKED",
+                "SELECT attempts FROM risc_events WHERE id = \(id) AND status = ANY(\(EventStatus.waiting)) FOR UPDATE SKIP LOCKED",
                 logger: logger)
-            var status: String?
+            var status: EventStatus?
             for try await attempts in rows.decode(Int32.self) {
                 status = try await self.recordFailure(id: id, attempts: Int(attempts), message: message, on: connection)
             }
@@ -229,27 +208,16 @@ public struct EventQueue: Sendable {
         }
     }
 
-    /// How many events wait for a worker, and the age of the oldest, for the metrics.
-    public func backlog() async throws -> (depth: Int, oldestAgeSeconds: Double) {
-        let rows = try await client.query(
-            """
-            SELECT count(*)::int8, coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8
-            FROM risc_events WHERE status IN ('pending', 'retry')
-            """, logger: logger)
-        for try await (depth, age) in rows.decode((Int64, Double).self) { return (Int(depth), age) }
-        return (0, 0)
-    }
-
-    private func failureDecision(attempts: Int) -> (status: String, delay: Double) {
+    private func failureDecision(attempts: Int) -> (status: EventStatus, delay: Double) {
         switch retryPolicy.decision(afterFailedAttempts: attempts, jitter: Double.random(in: 0...1)) {
-        case .retry(let seconds): ("retry", seconds)
-        case .dead: ("dead", 0)
+        case .retry(let seconds): (.retry, seconds)
+        case .dead: (.dead, 0)
         }
     }
 
-    private func logFailure(id: Int64, attempts: Int, status: String, message: String) {
+    private func logFailure(id: Int64, attempts: Int, status: EventStatus, message: String) {
         let metadata: Logger.Metadata = ["event_id": "\(id)", "attempts": "\(attempts)", "error": "\(message)"]
-        if status == "dead" {
+        if status == .dead {
             logger.error("An event failed its last attempt and is dead-lettered", metadata: metadata)
         } else {
             logger.warning("An event failed; it will be retried", metadata: metadata)
@@ -260,10 +228,37 @@ public struct EventQueue: Sendable {
         var ids: [Int64] = []
         let rows = try await client.query(
             """
-            SELECT id FROM risc_events WHERE status IN ('pending', 'retry') AND run_after <= now()
+            SELECT id FROM risc_events WHERE status = ANY(\(EventStatus.waiting)) AND run_after <= now()
             ORDER BY run_after, id LIMIT \(limit)
             """, logger: logger)
         for try await id in rows.decode(Int64.self) { ids.append(id) }
         return ids
+    }
+
+    public enum ReplayOutcome: Sendable, Equatable {
+        case replayed
+        case notFound
+        /// Ignored events (no known type) have nothing to do.
+        case ignored
+    }
+
+    /// Makes a finished, failed or dead event runnable again (an operator's replay) and wakes the workers.
+    /// Its actions are applied again; every action is idempotent.
+    public func replay(id: Int64) async throws -> ReplayOutcome {
+        var outcome = ReplayOutcome.notFound
+        let rows = try await client.query(
+            """
+            WITH target AS (SELECT id, status FROM risc_events WHERE id = \(id) FOR UPDATE),
+            updated AS (
+                UPDATE risc_events e
+                SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
+                FROM target WHERE e.id = target.id AND target.status = ANY(\(EventStatus.replayable))
+                RETURNING e.id
+            )
+            SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
+            """, logger: logger)
+        for try await (_, updated) in rows.decode((EventStatus, Bool).self) { outcome = updated ? .replayed : .ignored }
+        if outcome == .replayed { try await client.query("SELECT pg_notify(\(EventWorker.channel), '')", logger: logger) }
+        return outcome
     }
 }

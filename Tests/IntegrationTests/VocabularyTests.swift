@@ -1,0 +1,74 @@
+import Foundation
+import PostgresNIO
+import RISC
+import Testing
+
+/// The statuses and action kinds are spelt once in Swift (`EventStatus`, `ActionKind`), and again where Swift
+/// cannot reach: the migrations' CHECK constraints and index, the plpgsql functions, the OpenAPI document.
+/// These tests hold every copy to the Swift list, so a typo anywhere fails here.
+@Suite("One vocabulary: statuses and action kinds")
+struct VocabularyTests {
+    static let statuses = Set(EventStatus.allCases.map(\.rawValue))
+    static let kinds = Set(ActionKind.allCases.map(\.rawValue))
+
+    /// The single-quoted words of a SQL text.
+    static func literals(_ sql: Substring) -> Set<String> {
+        Set(sql.matches(of: /'([a-z_]+)'/).map { String($0.output.1) })
+    }
+
+    static func texts(_ query: PostgresQuery, on client: PostgresClient) async throws -> [String] {
+        var texts: [String] = []
+        for try await text in try await client.query(query).decode(String.self) { texts.append(text) }
+        return texts
+    }
+
+    @Test("The CHECK constraints and the waiting-events index name exactly the Swift cases")
+    func constraints() async throws {
+        try await Harness.with { harness in
+            let statusChecks = try await Self.texts(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'risc_events'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%status%'",
+                on: harness.database)
+            #expect(statusChecks.map { Self.literals($0[...]) } == [Self.statuses])
+            let kindChecks = try await Self.texts(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'risc_event_actions'::regclass AND contype = 'c' AND pg_get_constraintdef(oid) LIKE '%kind%'",
+                on: harness.database)
+            #expect(kindChecks.map { Self.literals($0[...]) } == [Self.kinds])
+            let index = try await Self.texts("SELECT pg_get_indexdef('risc_events_runnable'::regclass)", on: harness.database)
+            #expect(index.map { Self.literals($0.split(separator: "WHERE").last ?? "") } == [Set(EventStatus.waiting.map(\.rawValue))])
+        }
+    }
+
+    @Test("The plpgsql functions pick and set only statuses and kinds of the Swift vocabulary")
+    func functions() async throws {
+        try await Harness.with { harness in
+            let apply = try #require(
+                try await Self.texts("SELECT prosrc FROM pg_proc WHERE proname = 'risc_apply_actions'", on: harness.database).first)
+            // Each `WHEN 'kind'[, 'kind'] THEN` arm of the CASE: together, exactly the kinds the worker decides.
+            let arms = apply.matches(of: /WHEN\s+('[a-z_]+'(?:\s*,\s*'[a-z_]+')*)\s+THEN/).map { Self.literals($0.output.1) }
+            #expect(arms.reduce(into: Set<String>()) { $0.formUnion($1) } == Set(ActionKind.decided.map(\.rawValue)))
+            #expect(arms.flatMap { $0 }.count == ActionKind.decided.count, "each kind has one arm")
+            #expect(apply.contains("'\(ActionKind.ambiguousTokenIdentifier.rawValue)'"))
+            // Every status the functions compare or assign.
+            let store = try #require(
+                try await Self.texts("SELECT prosrc FROM pg_proc WHERE proname = 'risc_store_events'", on: harness.database).first)
+            for source in [apply, store] {
+                let used = source.matches(of: /status\s*(?:=|IN)\s*\(?\s*('[a-z_]+'(?:\s*,\s*'[a-z_]+')*)/).map { Self.literals($0.output.1) }
+                #expect(!used.isEmpty)
+                for statuses in used { #expect(statuses.isSubset(of: Self.statuses), "\(statuses)") }
+            }
+            #expect(apply.contains("status IN ('pending', 'retry')"), "the function finishes only waiting events")
+        }
+    }
+
+    @Test("The OpenAPI document enumerates exactly the Swift cases")
+    func openAPI() throws {
+        let path = Harness.repositoryRoot.appendingPathComponent("Sources/RISCServer/Resources/admin-openapi.json").path
+        let document = try JSONValue.parse(Array(try #require(FileManager.default.contents(atPath: path))))
+        let schemas = try #require(document["components"]?["schemas"])
+        func strings(_ value: JSONValue?) -> [String] { value?.arrayValue?.compactMap(\.stringValue) ?? [] }
+        #expect(strings(schemas["Status"]?["enum"]) == EventStatus.allCases.map(\.rawValue))
+        #expect(strings(schemas["Action"]?["properties"]?["kind"]?["enum"]) == ActionKind.allCases.map(\.rawValue))
+        #expect(Set(strings(schemas["Stats"]?["properties"]?["by_status"]?["required"])) == Self.statuses)
+        #expect(schemas["Replayed"]?["properties"]?["status"]?["const"] == .string(EventStatus.pending.rawValue))
+    }
+}
