@@ -166,17 +166,9 @@ public final class EventInbox: Service, Sendable {
             // SET is refused and the others commit.
             for pending in batch { await commit([pending]) }
         } catch {
-            logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(Self.describe(error))"])
+            logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(DatabaseErrors.describe(error))"])
             for pending in batch { pending.continuation.resume(throwing: Failure.unavailable) }
         }
-    }
-
-    /// An error for the log. Never the query's bound values: they hold the claims.
-    public static func describe(_ error: any Error) -> String {
-        guard let error = error as? PSQLError else { return String(describing: error) }
-        let sqlState = error.serverInfo?[.sqlState].map { " sqlstate=\($0)" } ?? ""
-        let message = error.serverInfo?[.message].map { " \($0)" } ?? ""
-        return "\(error.code)\(sqlState)\(message)"
     }
 
     private struct EventKey: Hashable {
@@ -228,113 +220,5 @@ private struct StoreEvents: PostgresPreparedStatement {
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
         try row.decode([Int64]?.self)
-    }
-}
-
-extension PSQLError {
-    /// SQLSTATE classes that say the database cannot take writes now, whatever the data: connection trouble,
-    /// transaction rollbacks (deadlock, serialization), resources, shutdown, system and internal errors, and a
-    /// schema or role that is not what the service expects. A SET failing with one of these gets 503.
-    static let unavailableClasses: Set<Substring> = [
-        "08", "25", "28", "3D", "3F", "40", "42", "53", "55", "57", "58", "F0", "XX",
-    ]
-
-    /// The server refused the statement for a reason that may lie in one row's data (any other SQLSTATE:
-    /// a data exception, a constraint, an index row too large, ...). Only a statement of that one row can
-    /// tell; its SET is then refused with 400, while the others commit.
-    var isRefusalOfData: Bool {
-        guard code == .server, let sqlState = serverInfo?[.sqlState] else { return false }
-        return !Self.unavailableClasses.contains(sqlState.prefix(2))
-    }
-}
-
-public struct TimeoutError: Error {}
-
-/// Runs `operation`, throwing `TimeoutError` if it takes longer than `timeout`, or `CancellationError` as soon
-/// as the caller is cancelled. Either way the operation is cancelled but not awaited: a database client
-/// waiting out a reconnect backoff, or a connection lease after the server restarted, may not notice the
-/// cancellation for a long while, and the caller must not wait with it.
-public func withTimeout<Result: Sendable>(
-    _ timeout: Duration, _ operation: @escaping @Sendable () async throws -> Result
-) async throws -> Result {
-    let once = ResumeOnce<Result>()
-    return try await withTaskCancellationHandler {
-        try await withCheckedThrowingContinuation { continuation in
-            once.set(continuation)
-            let work = Task {
-                do { once.resume(with: .success(try await operation())) } catch { once.resume(with: .failure(error)) }
-            }
-            once.setWork(work)
-            once.setTimer(
-                Task {
-                    guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                    once.resume(with: .failure(TimeoutError()))
-                })
-        }
-    } onCancel: {
-        once.resume(with: .failure(CancellationError()))
-    }
-}
-
-/// A continuation that only the first of several racers resumes; resuming also stops the timer.
-private final class ResumeOnce<Value: Sendable>: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<Value, any Error>?
-        var timer: Task<Void, Never>?
-        var work: Task<Void, Never>?
-        var finished = false
-        /// A resume (cancellation) that came before the continuation was set.
-        var early: Result<Value, any Error>?
-    }
-
-    private let state = Mutex(State())
-
-    func set(_ continuation: CheckedContinuation<Value, any Error>) {
-        let early: Result<Value, any Error>? = state.withLock { state in
-            if let early = state.early { return early }
-            state.continuation = continuation
-            return nil
-        }
-        if let early { continuation.resume(with: early) }
-    }
-
-    func setWork(_ work: Task<Void, Never>) {
-        let finished = state.withLock { state in
-            if !state.finished { state.work = work }
-            return state.finished
-        }
-        if finished { work.cancel() }
-    }
-
-    func setTimer(_ timer: Task<Void, Never>) {
-        let finished = state.withLock { state in
-            if !state.finished { state.timer = timer }
-            return state.finished
-        }
-        if finished { timer.cancel() }
-    }
-
-    /// Resumes if nobody has yet (the operation's result, the timeout or the caller's cancellation), and
-    /// stops the others: the timer, and the operation unless it is the one that finished. Returns whether
-    /// this call was the first.
-    @discardableResult
-    func resume(with result: Result<Value, any Error>) -> Bool {
-        typealias Taken = (CheckedContinuation<Value, any Error>?, Task<Void, Never>?, Task<Void, Never>?)
-        let taken: Taken? = state.withLock { state in
-            guard !state.finished else { return nil }
-            state.finished = true
-            let taken = (state.continuation, state.timer, state.work)
-            // Cancelled before the continuation exists: `set` resumes it with this at once.
-            if state.continuation == nil { state.early = result }
-            state.continuation = nil
-            state.timer = nil
-            state.work = nil
-            return taken
-        }
-        guard let (continuation, timer, work) = taken else { return false }
-        timer?.cancel()
-        work?.cancel()
-        continuation?.resume(with: result)
-        return true
     }
 }

@@ -124,7 +124,7 @@ public final class SessionCache: Service, Sendable {
                     if Task.isCancelled { break }
                     self.logger.warning(
                         "Lost the session-invalidation LISTEN connection; checking sessions in the database until it is back",
-                        metadata: ["error": "\(EventInbox.describe(error))"])
+                        metadata: ["error": "\(DatabaseErrors.describe(error))"])
                 }
                 self.setListening(false)
                 try await Task.sleep(for: .seconds(1))

@@ -69,7 +69,7 @@ public struct EventQueue: Sendable {
                 return try await self.apply(claimed, on: connection)
             }
         } catch let error as PSQLError where error.code == .server {
-            logger.warning("A batch failed; applying its events one by one", metadata: ["error": "\(EventInbox.describe(error))"])
+            logger.warning("A batch failed; applying its events one by one", metadata: ["error": "\(DatabaseErrors.describe(error))"])
         }
         // The failed transaction rolled back; claim again, one event per transaction.
         let ids = try await runnableIDs(limit: limit)
@@ -81,7 +81,7 @@ public struct EventQueue: Sendable {
                         return try await self.apply(claimed, on: connection)
                     })
             } catch let error as PSQLError where error.code == .server {
-                if let status = try await recordFailure(id: id, message: EventInbox.describe(error)) {
+                if let status = try await recordFailure(id: id, message: DatabaseErrors.describe(error)) {
                     result.claimed += 1
                     result.failed += 1
                     if status == .dead { result.dead += 1 } else { result.retried += 1 }

@@ -94,7 +94,7 @@ public final class EventWorker: Service, Sendable {
                     }
                     if result.claimed < settings.batchSize { break }
                 } catch {
-                    logger.warning("The worker could not process a batch; will retry", metadata: ["error": "\(EventInbox.describe(error))"])
+                    logger.warning("The worker could not process a batch; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
                     try? await Task.sleep(for: .seconds(1))
                     break
                 }
@@ -120,7 +120,7 @@ public final class EventWorker: Service, Sendable {
                 }
             } catch {
                 if Task.isCancelled { return }
-                logger.warning("Lost the LISTEN connection; relying on polling until it is back", metadata: ["error": "\(EventInbox.describe(error))"])
+                logger.warning("Lost the LISTEN connection; relying on polling until it is back", metadata: ["error": "\(DatabaseErrors.describe(error))"])
             }
             wakeAll()
             do { try await Task.sleep(for: .seconds(1)) } catch { return }
