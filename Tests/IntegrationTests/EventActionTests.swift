@@ -1,6 +1,8 @@
 import DevTransmitter
 import Foundation
+import PostgresNIO
 import RISC
+import RISCWorker
 import Testing
 
 /// One end-to-end test per row of SPEC §3: real sessions and grants, a SET through the transmitter's delivery
@@ -224,6 +226,28 @@ struct EventActionTests {
                     .init(kind: "disable_sign_in", rows: 0, detail: "hijacking: skipped, the account state is newer than the event"),
                     .init(kind: "revoke_sessions", rows: 0, detail: "stale event: only sessions created up to its iat"),
                 ])
+        }
+    }
+
+    @Test("Account state follows iat, then arrival: a replayed account-disabled of the same second does not undo a later enable")
+    func replayKeepsOrder() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            let now = Date().timeIntervalSince1970.rounded(.down)
+            let disabled = try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now }
+            try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = now }
+            #expect(try await harness.signIn(sub: sub).status == 200)
+            var id: Int64?
+            for try await value in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(disabled)").decode(Int64.self) {
+                id = value
+            }
+            let queue = EventQueue(client: harness.database, logger: Harness.logger)
+            #expect(try await queue.replay(id: try #require(id)) == .replayed)
+            #expect(try await harness.waitUntilProcessed(jti: disabled) == "done")
+            #expect(try await harness.signIn(sub: sub).status == 200, "the replayed, earlier event must not disable the account")
+            #expect(
+                try await harness.actions(jti: disabled).last
+                    == .init(kind: "disable_sign_in", rows: 0, detail: "skipped, the account state is newer than the event"))
         }
     }
 
