@@ -251,6 +251,33 @@ struct EventActionTests {
         }
     }
 
+    @Test("A refused sign-in changes nothing about the user: not the profile, not last_sign_in_at")
+    func refusedSignInWritesNothing() async throws {
+        try await Harness.with(Self.options) { harness in
+            let sub = user()
+            _ = try await harness.newSession(sub: sub)
+            func profile() async throws -> [String] {
+                var row: [String] = []
+                for try await (email, name, lastSignIn, updated) in try await harness.database.query(
+                    "SELECT email, coalesce(name, ''), last_sign_in_at::text, updated_at::text FROM risc_users WHERE sub = \(sub)"
+                ).decode((String?, String, String, String).self) {
+                    row = [email ?? "<null>", name, lastSignIn, updated]
+                }
+                return row
+            }
+            try await harness.sendAndWait("account-disabled", sub: sub)
+            let before = try await profile()
+            let token = try await harness.idToken(sub: sub) {
+                $0.email = nil
+                $0.name = "Someone Else"
+            }
+            let reply = try await harness.call(.POST, "/tokensignin", form: ["idtoken": token])
+            #expect(reply.status == 403)
+            #expect(try await profile() == before)
+            #expect(before.first == "\(sub)@example.com")
+        }
+    }
+
     @Test("An event for a sub that never signed in is kept, and a later sign-in is refused")
     func unknownSubThenSignIn() async throws {
         try await Harness.with(Self.options) { harness in
