@@ -138,16 +138,17 @@ public final class SessionCache: Service, Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 try await self.client.withConnection { connection in
-                    let notifications = try await connection.listen(Self.channel)
-                    lastHeard.withLock { $0 = .now }
-                    self.setListening(true)
-                    for try await notification in notifications {
+                    try await connection.listen(on: Self.channel) { notifications in
                         lastHeard.withLock { $0 = .now }
-                        // An empty payload is the heartbeat; `*` (a sub too long for a payload) drops everything.
-                        switch notification.payload {
-                        case "": break
-                        case "*": self.invalidateAll()
-                        default: self.invalidate(sub: notification.payload)
+                        self.setListening(true)
+                        for try await notification in notifications {
+                            lastHeard.withLock { $0 = .now }
+                            // An empty payload is the heartbeat; `*` (a sub too long for a payload) drops everything.
+                            switch notification.payload {
+                            case "": break
+                            case "*": self.invalidateAll()
+                            default: self.invalidate(sub: notification.payload)
+                            }
                         }
                     }
                 }
@@ -156,7 +157,7 @@ public final class SessionCache: Service, Sendable {
                 while true {
                     try await Task.sleep(for: Self.heartbeatInterval)
                     _ = try? await withTimeout(.seconds(2)) {
-                        try await self.client.query("SELECT pg_notify('risc_sessions', '')", logger: self.logger)
+                        try await self.client.query("SELECT pg_notify(\(Self.channel), '')", logger: self.logger)
                     }
                     if ContinuousClock.now - lastHeard.withLock({ $0 }) > Self.heartbeatTimeout { throw StaleConnection() }
                 }

@@ -114,8 +114,8 @@ public final class EventWorker: Service, Sendable {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
-                    for try await _ in try await connection.listen(Self.channel) {
-                        self.wakeAll()
+                    try await connection.listen(on: Self.channel) { notifications in
+                        for try await _ in notifications { self.wakeAll() }
                     }
                 }
             } catch {

@@ -220,7 +220,7 @@ struct AdminTests {
 
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("responses-\(UUID().uuidString).json").path
             let log = file + ".log"
-            FileManager.default.createFile(atPath: file, contents: Data(JSONValue.array(responses).serialized.utf8))
+            #expect(FileManager.default.createFile(atPath: file, contents: Data(JSONValue.array(responses).serialized.utf8)))
             defer {
                 try? FileManager.default.removeItem(atPath: file)
                 try? FileManager.default.removeItem(atPath: log)

@@ -55,7 +55,7 @@ struct ServeProcess {
         let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
         try await serving(transmitter) {
             let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("client-secret-\(UUID().uuidString).json").path
-            FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8))
+            #expect(FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8)))
             let port = freePort()
             var environment: [String: String] = [
                 "DATABASE_URL": databaseURL, "RISC_CLIENT_IDS": Harness.audience,

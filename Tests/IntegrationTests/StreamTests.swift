@@ -8,7 +8,7 @@ import Testing
 struct StreamTests {
     static func writeKeyFile(_ contents: String) -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("service-account-\(UUID().uuidString).json").path
-        FileManager.default.createFile(atPath: path, contents: Data(contents.utf8))
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(contents.utf8)))
         return path
     }
 

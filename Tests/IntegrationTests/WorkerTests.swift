@@ -254,7 +254,7 @@ struct VaultRotationTests {
             #expect(again.output.contains("Re-encrypted 0 grants"), "\(again.output)")
 
             // Without the key a grant was sealed with, rotation stops with a clear message.
-            try await old.store(sub: "late", clientID: Harness.audience, scopes: [], refreshToken: "1//sealed-with-the-old-key")
+            _ = try await old.store(sub: "late", clientID: Harness.audience, scopes: [], refreshToken: "1//sealed-with-the-old-key")
             let missing = try await runRiscReceiver(["vault", "rotate"], environment: ["DATABASE_URL": database.url, "RISC_VAULT_KEY": newKey])
             #expect(missing.status == 1)
             #expect(missing.output.contains("RISC_VAULT_PREVIOUS_KEYS"), "\(missing.output)")
