@@ -79,6 +79,7 @@ let package = Package(
                 "RISC", "RISCKeys", "RISCStore", "RISCWorker", "RISCMetrics",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
