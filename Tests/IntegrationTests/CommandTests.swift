@@ -100,7 +100,9 @@ struct CommandTests {
         let alone = FileManager.default.temporaryDirectory.appendingPathComponent("risc-alone-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: alone, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: alone) }
-        try FileManager.default.copyItem(atPath: riscReceiverBinary, toPath: alone.appendingPathComponent("risc-receiver").path)
+        // cp, not FileManager: a file this process holds open for writing is inherited by any child another test
+        // spawns meanwhile, and the copy cannot run while one of them lives ("Text file busy").
+        try await shell("cp '\(riscReceiverBinary)' '\(alone.path)/risc-receiver'")
         try await admin.whileRunning(timeout: .seconds(120)) { admin in
             try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
             let log = alone.appendingPathComponent("migrate.log").path
