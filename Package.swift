@@ -79,6 +79,7 @@ let package = Package(
                 "RISC", "RISCKeys", "RISCStore", "RISCWorker", "RISCMetrics",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -125,6 +126,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Configuration", package: "swift-configuration"),
             ]
         ),
     ]

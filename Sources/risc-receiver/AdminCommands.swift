@@ -16,9 +16,9 @@ struct AdminOptions: ParsableArguments {
 
     func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminQueries, EventQueue) async throws -> T) async throws -> T {
         let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
-            try ServiceConfiguration.databaseURL(from: reader)
+            try ConfigVariables.databaseURL.value(from: reader)
         }
-        let logger = Bootstrap.logger("risc-receiver.admin")
+        let logger = try await Bootstrap.logger("risc-receiver.admin", file: config.file)
         let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
         do {
             return try await client.whileRunning(timeout: .seconds(600)) { client in

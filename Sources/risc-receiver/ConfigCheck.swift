@@ -4,7 +4,7 @@ import RISCServer
 
 struct Config: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Configuration tools.", subcommands: [ConfigCheck.self])
+        abstract: "Configuration tools.", subcommands: [ConfigCheck.self, ConfigVariablesTable.self])
 }
 
 struct ConfigCheck: AsyncParsableCommand {
@@ -22,5 +22,15 @@ struct ConfigCheck: AsyncParsableCommand {
         for (variable, value) in configuration.redactedSummary {
             print("\(variable)=\(value)")
         }
+    }
+}
+
+/// The README's table of variables comes from here, so it cannot drift from what the binary reads.
+struct ConfigVariablesTable: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "variables", abstract: "Print every configuration variable, its default and meaning (a Markdown table).")
+
+    func run() async throws {
+        print(ConfigVariables.markdownTable, terminator: "")
     }
 }

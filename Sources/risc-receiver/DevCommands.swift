@@ -30,7 +30,7 @@ struct DevTransmitterCommand: AsyncParsableCommand {
     var writeServiceAccount: String?
 
     func run() async throws {
-        let logger = Bootstrap.logger("risc-receiver.dev-transmitter")
+        let logger = try await Bootstrap.logger("risc-receiver.dev-transmitter", file: nil)
         let transmitter = try await DevTransmitter(
             settings: .init(port: port, receiverURL: receiver, audience: audience, clientSecret: clientSecret), logger: logger)
         let app = transmitter.makeApplication { port in

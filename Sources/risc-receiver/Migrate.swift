@@ -13,13 +13,14 @@ struct Migrate: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
-            try ServiceConfiguration.databaseURL(from: reader)
+        let (databaseURL, directory) = try await Bootstrap.configuration(file: config.file) {
+            reader throws(ServiceConfiguration.Invalid) in
+            (try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.migrationsDirectory.optional(from: reader))
         }
-        let logger = Bootstrap.logger("risc-receiver.migrate")
+        let logger = try await Bootstrap.logger("risc-receiver.migrate", file: config.file)
         let migrator: Migrator
         do {
-            migrator = try Bootstrap.migrator(migrations)
+            migrator = try Bootstrap.migrator(migrations, directory: directory)
         } catch {
             throw Bootstrap.fail("\(error)")
         }

@@ -25,10 +25,10 @@ struct Serve: AsyncParsableCommand {
         let configuration = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ServiceConfiguration(reader: reader)
         }
-        let logger = Bootstrap.logger("risc-receiver")
+        let logger = Bootstrap.logger("risc-receiver", level: configuration.logLevel, format: configuration.logFormat)
         let dependencies = try ServiceDependencies(configuration: configuration, httpClient: .shared, logger: logger)
         let worker: [any Service] = noWorker ? [] : [dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker"))]
-        let expected = (try? Bootstrap.migrator(migrations))?.migrations.map(\.version)
+        let expected = (try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory))?.migrations.map(\.version)
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
         }
@@ -70,11 +70,11 @@ struct Worker: AsyncParsableCommand {
         let (databaseURL, maxAttempts, shutdownTimeout) = try await Bootstrap.configuration(file: config.file) {
             reader throws(ServiceConfiguration.Invalid) in
             (
-                try ServiceConfiguration.databaseURL(from: reader), try ServiceConfiguration.maxAttempts(from: reader),
-                try ServiceConfiguration.shutdownTimeout(from: reader)
+                try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.maxAttempts.value(from: reader),
+                try ConfigVariables.shutdownTimeout.value(from: reader)
             )
         }
-        let logger = Bootstrap.logger("risc-receiver.worker")
+        let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
         let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
         var settings = EventWorker.Settings()
         settings.retryPolicy = RetryPolicy(maxAttempts: maxAttempts)

@@ -19,7 +19,7 @@ struct StreamOptions: ParsableArguments {
 
     func client() async throws -> (RISCManagement, baseURL: String) {
         let (key, baseURL) = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
-            try ServiceConfiguration.management(from: reader)
+            (try ConfigVariables.serviceAccountFile.value(from: reader), try ConfigVariables.managementURL.value(from: reader))
         }
         return (RISCManagement(baseURL: baseURL, key: key), baseURL)
     }
@@ -141,14 +141,14 @@ struct StreamVerify: AsyncParsableCommand {
             !wait
             ? nil
             : try await Bootstrap.configuration(file: options.config.file) { reader throws(ServiceConfiguration.Invalid) in
-                try ServiceConfiguration.databaseURL(from: reader)
+                try ConfigVariables.databaseURL.value(from: reader)
             }
         let requested = ContinuousClock.now
         try await options.run { () async throws(RISCManagement.Failure) in try await management.verify(state: state) }
         print("Verification requested (state \(state)).")
         guard wait, let databaseURL else { return }
 
-        let logger = Bootstrap.logger("risc-receiver.stream")
+        let logger = try await Bootstrap.logger("risc-receiver.stream", file: options.config.file)
         let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
         let deadline = requested + .milliseconds(Int(timeout * 1000))
         let received = try await client.whileRunning(timeout: .seconds(Int64(timeout) + 30)) { client -> Bool in

@@ -15,43 +15,46 @@ struct ConfigFileOption: ParsableArguments {
 }
 
 enum Bootstrap {
-    /// Logs go to standard error. `LOG_LEVEL` picks the level (default `info`); `LOG_FORMAT=json` writes one
-    /// JSON object per line for log collectors, otherwise lines are `key=value` text.
-    static func logger(_ label: String) -> Logger {
-        let environment = ProcessInfo.processInfo.environment
-        let level = environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
-        let json = environment["LOG_FORMAT"]?.lowercased() == "json"
+    /// Logs go to standard error, at `LOG_LEVEL` (default `info`); `LOG_FORMAT=json` writes one JSON object per
+    /// line for log collectors, otherwise lines are `key=value` text. Both are read like every other variable, so
+    /// `--config FILE` may set them and a bad value is a configuration error.
+    static func logger(_ label: String, file: String?) async throws -> Logger {
+        let (level, format) = try await configuration(file: file) { reader throws(ServiceConfiguration.Invalid) in
+            (try ConfigVariables.logLevel.value(from: reader), try ConfigVariables.logFormat.value(from: reader))
+        }
+        return logger(label, level: level, format: format)
+    }
+
+    /// Sets up logging (once per process, as swift-log allows) and returns the command's logger.
+    static func logger(_ label: String, level: Logger.Level, format: LogFormat) -> Logger {
         LoggingSystem.bootstrap { label in
-            if json {
+            switch format {
+            case .json:
                 var handler = JSONLogHandler(label: label)
                 handler.logLevel = level
                 return handler
+            case .text:
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
             }
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
         }
         return Logger(label: label)
     }
 
     /// The environment, then the file: the first provider that has a value wins. The file's keys are the
-    /// variables' names (`RISC_PORT: 8080`), so each lookup key (`risc.port`) is mapped back to that name.
+    /// variables' names (`RISC_PORT: 8080`), as are the lookup keys (`ConfigVariable` reads the key `RISC_PORT`).
     static func configReader(file: String?) async throws -> ConfigReader {
         var providers: [any ConfigProvider] = [EnvironmentVariablesProvider()]
         if let file {
             guard FileManager.default.isReadableFile(atPath: file) else {
                 throw fail("--config \(file): cannot read the file", code: 2)
             }
-            let mapToVariable: @Sendable (AbsoluteConfigKey) -> AbsoluteConfigKey = { key in
-                AbsoluteConfigKey([key.components.joined(separator: "_").uppercased()])
-            }
             do {
                 if file.lowercased().hasSuffix(".json") {
-                    let provider = try await FileProvider<JSONSnapshot>(filePath: FilePath(file))
-                    providers.append(KeyMappingProvider(upstream: provider, keyMapper: mapToVariable))
+                    providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(file)))
                 } else {
-                    let provider = try await FileProvider<YAMLSnapshot>(filePath: FilePath(file))
-                    providers.append(KeyMappingProvider(upstream: provider, keyMapper: mapToVariable))
+                    providers.append(try await FileProvider<YAMLSnapshot>(filePath: FilePath(file)))
                 }
             } catch {
                 // The parser's own message may quote the offending line, which may hold a secret.
@@ -75,10 +78,9 @@ enum Bootstrap {
     }
 
     /// The migrations to apply or expect: those compiled into this binary, unless `--migrations DIR` or
-    /// `RISC_MIGRATIONS_DIR` names a directory of `NNNN_name.sql` files to use instead.
-    static func migrator(_ option: String?) throws -> Migrator {
-        let environment = ProcessInfo.processInfo.environment["RISC_MIGRATIONS_DIR"].flatMap { $0.isEmpty ? nil : $0 }
-        guard let directory = option ?? environment else { return .embedded }
+    /// `RISC_MIGRATIONS_DIR` (`directory`) names a directory of `NNNN_name.sql` files to use instead.
+    static func migrator(_ option: String?, directory: String?) throws -> Migrator {
+        guard let directory = option ?? directory else { return .embedded }
         return try Migrator(directory: directory)
     }
 

@@ -27,12 +27,17 @@ struct VaultRotate: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (databaseURL, keys) = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
-            (try ServiceConfiguration.databaseURL(from: reader), try ServiceConfiguration.vaultKeys(from: reader))
+        // The current key is required here: it is what every grant is re-encrypted under.
+        let (databaseURL, current, previous) = try await Bootstrap.configuration(file: config.file) {
+            reader throws(ServiceConfiguration.Invalid) in
+            (
+                try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.vaultKey.value(from: reader),
+                try ConfigVariables.vaultPreviousKeys.value(from: reader)
+            )
         }
-        let logger = Bootstrap.logger("risc-receiver.vault")
+        let logger = try await Bootstrap.logger("risc-receiver.vault", file: config.file)
         let cipher = VaultCipher(
-            current: VaultCipher.key(base64: keys.current)!, previous: keys.previous.compactMap(VaultCipher.key(base64:)))
+            current: VaultCipher.key(base64: current)!, previous: previous.compactMap(VaultCipher.key(base64:)))
         let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
         let grants = GrantStore(client: client, cipher: cipher, logger: logger)
         let progress = ProgressBar(label: "Re-encrypting grants")

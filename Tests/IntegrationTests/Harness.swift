@@ -64,9 +64,8 @@ struct Harness {
         let (transmitterPorts, transmitterPort) = AsyncStream.makeStream(of: Int.self)
         let transmitterApp = transmitter.makeApplication { port in transmitterPort.yield(port) }
 
-        let configuration = ServiceConfiguration(
-            databaseURL: options.databaseURL, clientIDs: [audience, "another-client"],
-            riscConfigurationURL: "", host: "127.0.0.1", port: 0)
+        var configuration = ServiceConfiguration(databaseURL: options.databaseURL, clientIDs: [audience, "another-client"])
+        configuration.port = 0
         var inboxSettings = EventInbox.Settings()
         inboxSettings.commitTimeout = options.commitTimeout
 

@@ -1,0 +1,239 @@
+import Configuration
+import Foundation
+import Logging
+import RISC
+import RISCKeys
+import RISCStore
+
+/// Every configuration variable (SPEC §7), each described once. `ServiceConfiguration` reads the ones `serve` uses,
+/// the other commands read theirs directly (`ConfigVariables.databaseURL.value(from: reader)`), and the README's
+/// table is `markdownTable`.
+public enum ConfigVariables {
+    public static let databaseURL = ConfigVariable<String>(
+        "DATABASE_URL", default: .required, secret: true,  // it may carry the database password
+        help: "`postgres://user:password@host:port/db?sslmode=disable|prefer|require`; `?host=/socket/dir` for a Unix socket",
+        rule: "must be a postgres:// URL", show: redactingPassword
+    ) { $0.hasPrefix("postgres://") || $0.hasPrefix("postgresql://") }
+
+    public static let clientIDs = ConfigVariable<[String]>(
+        "RISC_CLIENT_IDS", default: .required,
+        help: "comma-separated OAuth client IDs; a SET's and an ID token's `aud` must name one",
+        rule: "must list at least one OAuth client ID, comma-separated", show: { $0.joined(separator: ",") }
+    ) { !$0.isEmpty }
+
+    public static let riscConfigurationURL = keySourceURL(
+        "RISC_CONFIGURATION_URL", default: "https://accounts.google.com/.well-known/risc-configuration",
+        help: "the transmitter's discovery document")
+
+    public static let openIDConfigurationURL = keySourceURL(
+        "GOOGLE_OPENID_CONFIGURATION_URL", default: "https://accounts.google.com/.well-known/openid-configuration",
+        help: "ID-token keys, token and revocation endpoints")
+
+    public static let host = ConfigVariable<String>(
+        "RISC_HOST", default: .value("127.0.0.1"),
+        help: "the address the server listens on (put TLS in front: Google only delivers to HTTPS)"
+    ) { _ in true }
+
+    public static let port = ConfigVariable<Int>(
+        "RISC_PORT", default: .value(8080), help: "the port the server listens on", rule: "must be a port number (0-65535)"
+    ) { (0...65535).contains($0) }
+
+    static let supportedAlgorithms = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+
+    public static let allowedAlgorithms = ConfigVariable<Set<String>>(
+        "RISC_ALLOWED_ALGS", as: [String].self, default: .value(["RS256"]),
+        help: "JWS algorithms accepted for SETs (\(supportedAlgorithms.joined(separator: ", "))); `none` and `HS*` are refused",
+        rule: "must list at least one algorithm, such as RS256", show: { $0.sorted().joined(separator: ",") }
+    ) { list in
+        let algs = Set(list)
+        guard !algs.isEmpty else { throw Problem.brokenRule }
+        if let refused = algs.first(where: { $0.lowercased() == "none" || $0.uppercased().hasPrefix("HS") }) {
+            throw Problem("\(refused) can never be allowed: SETs are verified with the transmitter's public keys")
+        }
+        if let unknown = algs.subtracting(supportedAlgorithms).first { throw Problem("\(unknown) is not a supported algorithm") }
+        return algs
+    }
+
+    public static let adminToken = bearerToken("RISC_ADMIN_TOKEN", of: "admin")
+    public static let serviceToken = bearerToken("RISC_SERVICE_TOKEN", of: "vault")
+
+    static let vaultKeyRule = "must be 32 bytes in base64 (openssl rand -base64 32)"
+
+    /// Base64 AES-256 keys: the current one seals, previous ones only open (for rotation).
+    public static let vaultKey = ConfigVariable<String>(
+        "RISC_VAULT_KEY", default: .unset, secret: true, help: "AES-256 key that seals the vault's refresh tokens",
+        rule: vaultKeyRule, note: "required with `RISC_SERVICE_TOKEN`, and by `vault rotate`"
+    ) { VaultCipher.key(base64: $0) != nil }
+
+    public static let vaultPreviousKeys = ConfigVariable<[String]>(
+        "RISC_VAULT_PREVIOUS_KEYS", default: .value([]), secret: true,
+        help: "older vault keys, comma-separated: still read, never written",
+        rule: "must list 32-byte base64 keys, comma-separated",
+        show: { $0.isEmpty ? "<unset>" : "<redacted: \($0.count) keys>" }
+    ) { $0.allSatisfy { VaultCipher.key(base64: $0) != nil } }
+
+    public static let clientSecretFiles = ConfigVariable<[ClientSecret]>(
+        "GOOGLE_CLIENT_SECRET_FILES", as: [String].self, default: .value([]),
+        help: #"Google client-secret JSON files (`{"web": ...}` or `{"installed": ...}`), comma-separated"#,
+        rule: "must list readable Google client-secret files, comma-separated",
+        // The paths are not secret; the secrets are in the files, so only their client IDs are shown.
+        show: { $0.isEmpty ? "<unset>" : $0.map(\.clientID).joined(separator: ",") + " (client IDs; secrets redacted)" }
+    ) { paths in
+        try paths.map { path in
+            guard let data = FileManager.default.contents(atPath: path) else { throw Problem("cannot read \(path)") }
+            guard let secret = ClientSecret(json: data) else {
+                throw Problem("\(path) is not a Google client-secret file ({\"web\"|\"installed\": {client_id, client_secret}})")
+            }
+            return secret
+        }
+    }
+
+    public static let maxAttempts = ConfigVariable<Int>(
+        "RISC_MAX_ATTEMPTS", default: .value(10), help: "attempts before an event is dead-lettered",
+        rule: "must be a number from 1 to 1000"
+    ) { (1...1000).contains($0) }
+
+    public static let sessionLifetime = ConfigVariable<Int>(
+        "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (not in SPEC §7: an addition)",
+        rule: "must be a number of seconds, at least 60", note: "14 days"
+    ) { $0 >= 60 }
+
+    /// Workspace domains an ID token's `hd` must name; empty for no restriction.
+    public static let hostedDomains = ConfigVariable<Set<String>>(
+        "RISC_HOSTED_DOMAINS", as: [String].self, default: .value([]),
+        help: "if set, an ID token's `hd` must be one of these comma-separated domains (an addition)",
+        show: { $0.isEmpty ? "<unset>" : $0.sorted().joined(separator: ",") }
+    ) { Set($0.map { $0.lowercased() }) }
+
+    public static let sessionCache = ConfigVariable<Bool>(
+        "RISC_SESSION_CACHE", default: .value(true),
+        help: "serve session checks from memory, invalidated by NOTIFY (an addition)", rule: "must be on or off",
+        show: { $0 ? "on" : "off" }
+    ) { _ in true }
+
+    public static let idleTimeout = seconds(
+        "RISC_IDLE_TIMEOUT", default: 30,
+        help: "seconds a connection may send nothing, mid-request or between requests, before it is closed (an addition)")
+
+    public static let shutdownTimeout = seconds(
+        "RISC_SHUTDOWN_TIMEOUT", default: 10,
+        help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (an addition; `serve` and `worker`)")
+
+    public static let logLevel = ConfigVariable<Logger.Level>(
+        "LOG_LEVEL", as: String.self, default: .value(.info), help: "swift-log level",
+        rule: "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))"
+    ) { text in
+        guard let level = Logger.Level(rawValue: text.lowercased()) else { throw Problem.brokenRule }
+        return level
+    }
+
+    public static let logFormat = ConfigVariable<LogFormat>(
+        "LOG_FORMAT", as: String.self, default: .value(.text),
+        help: "`json` for one JSON object per line (request lines carry `hb.request.id`), `text` for `key=value` lines",
+        rule: "must be text or json"
+    ) { text in
+        guard let format = LogFormat(rawValue: text.lowercased()) else { throw Problem.brokenRule }
+        return format
+    }
+
+    public static let migrationsDirectory = ConfigVariable<String>(
+        "RISC_MIGRATIONS_DIR", default: .unset, help: "a directory of `NNNN_name.sql` files to use instead (`--migrations DIR` overrides it)",
+        note: "the migrations built into the binary"
+    ) { _ in true }
+
+    /// The `stream` commands' service-account key, read from the file the variable names.
+    public static let serviceAccountFile = ConfigVariable<ServiceAccountKey>(
+        "GOOGLE_SERVICE_ACCOUNT_FILE", as: String.self, default: .unset,
+        help: "the service-account key file (JSON) that signs management-API requests",
+        rule: "must name a service-account key file", note: "required by `stream`", show: \.clientEmail
+    ) { path in
+        guard let data = FileManager.default.contents(atPath: path) else { throw Problem("cannot read \(path)") }
+        do {
+            return try ServiceAccountKey(json: data)
+        } catch {
+            throw Problem("\(path) is not a usable service-account key file: \(error)")
+        }
+    }
+
+    public static let managementURL = ConfigVariable<String>(
+        "RISC_MANAGEMENT_URL", default: .value(RISCManagement.defaultBaseURL), help: "Google's RISC management API",
+        // The service-account JWT grants RISC admin rights for an hour: never send it in the clear,
+        // except to a development transmitter on loopback.
+        rule: httpsRule, valid: URLPolicy.isHTTPSOrLoopback)
+
+    /// Every variable, in the README's order: those `serve` reads (and `config check` prints), then the `stream` commands' own.
+    public static let all: [any ConfigVariableDocumentation] =
+        ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL]
+
+    /// The README's table of variables; `risc-receiver config variables` prints it, and a test holds README.md to it.
+    public static var markdownTable: String {
+        let rows = all.map { variable in
+            let name = "`\(variable.name)`" + (variable.isSecret ? " (secret)" : "")
+            let meaning = variable.help + (variable.rule.map { "; \($0)" } ?? "")
+            // A `|` inside a cell would end it.
+            return "| \(name) | \(variable.documentedDefault) | \(meaning.replacingOccurrences(of: "|", with: #"\|"#)) |"
+        }
+        return (["| Variable | Default | Meaning |", "|---|---|---|"] + rows).joined(separator: "\n") + "\n"
+    }
+
+    // MARK: Kinds of variable that share a rule
+
+    static let httpsRule = "must be an https:// URL (http:// only on loopback)"
+
+    /// A discovery document's URL: the keys it leads to decide what is accepted, so it must not travel in the clear.
+    static func keySourceURL(_ name: String, default url: String, help: String) -> ConfigVariable<String> {
+        ConfigVariable(name, default: .value(url), help: help, rule: httpsRule, valid: URLPolicy.isHTTPSOrLoopback)
+    }
+
+    static func bearerToken(_ name: String, of api: String) -> ConfigVariable<String> {
+        ConfigVariable(
+            name, default: .unset, secret: true, help: "bearer token of the \(api) API; unset, the \(api) routes do not exist",
+            rule: "must be at least 16 characters"
+        ) { $0.count >= 16 }
+    }
+
+    static func seconds(_ name: String, default seconds: Double, help: String) -> ConfigVariable<Double> {
+        ConfigVariable(
+            name, default: .value(seconds), help: help, rule: "must be a number of seconds from 1 to 3600",
+            show: { $0 == $0.rounded() ? String(Int($0)) : String($0) }
+        ) { (1...3600).contains($0) }
+    }
+
+    /// The URL with its password replaced: what `config check` prints of `DATABASE_URL`.
+    static func redactingPassword(_ url: String) -> String {
+        guard var components = URLComponents(string: url), components.password != nil else { return url }
+        components.password = "redacted"
+        return components.string ?? "<redacted>"
+    }
+}
+
+/// How log lines are written (`LOG_FORMAT`).
+public enum LogFormat: String, Sendable {
+    /// `key=value` lines.
+    case text
+    /// One JSON object per line, for log collectors.
+    case json
+}
+
+/// What the README's table says of a variable, whatever its type.
+public protocol ConfigVariableDocumentation: Sendable {
+    var name: String { get }
+    var isSecret: Bool { get }
+    var help: String { get }
+    var rule: String? { get }
+    /// "required", "unset", or the default as `config check` prints it; and the note, if any.
+    var documentedDefault: String { get }
+}
+
+extension ConfigVariable: ConfigVariableDocumentation {
+    public var documentedDefault: String {
+        let base =
+            switch fallback {
+            case .required: "required"
+            case .unset: "unset"
+            // An empty list is `<unset>` in `config check`, and no different from unset.
+            case .value(let value): show(value) == "<unset>" ? "unset" : "`\(show(value))`"
+            }
+        return base + (note.map { " (\($0))" } ?? "")
+    }
+}
