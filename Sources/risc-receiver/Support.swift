@@ -51,11 +51,10 @@ enum Bootstrap {
                 throw fail("--config \(file): cannot read the file", code: 2)
             }
             do {
-                if file.lowercased().hasSuffix(".json") {
-                    providers.append(try await FileProvider<JSONSnapshot>(filePath: FilePath(file)))
-                } else {
-                    providers.append(try await FileProvider<YAMLSnapshot>(filePath: FilePath(file)))
-                }
+                // A JSON file is read as YAML, of which JSON is a subset: swift-configuration's JSON trait would be a
+                // second trait, and SwiftPM orders a package's trait flags differently from one build plan to the
+                // next, which recompiled Configuration and everything above it after every `swift test`.
+                providers.append(try await FileProvider<YAMLSnapshot>(filePath: FilePath(file)))
             } catch {
                 // The parser's own message may quote the offending line, which may hold a secret.
                 throw fail("--config \(file): not a valid \(file.lowercased().hasSuffix(".json") ? "JSON" : "YAML") object of variables", code: 2)

@@ -151,7 +151,7 @@ struct CommandTests {
 struct ConfigFileTests {
     static func write(_ text: String, suffix: String) -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("risc-config-\(UUID().uuidString).\(suffix)").path
-        FileManager.default.createFile(atPath: path, contents: Data(text.utf8))
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(text.utf8)))
         return path
     }
 
