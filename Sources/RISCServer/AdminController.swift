@@ -37,7 +37,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
 
     func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
         guard request.presents(bearer: adminToken) else {
-            return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid admin token is required")
+            throw APIError(.unauthorized, "unauthorized", description: "a valid admin token is required")
         }
         return try await handler()
     }
@@ -46,7 +46,7 @@ public struct AdminController<Context: RequestContext>: Sendable {
         let query = request.uri.queryParameters
         let known: Set<String> = ["status", "type", "sub", "since", "until", "limit", "cursor"]
         if let unknown = query.map({ String($0.key) }).first(where: { !known.contains($0) }) {
-            return Self.invalid(AdminQueries.InvalidParameter(name: unknown, problem: "is not a parameter of this route"))
+            throw Self.invalid(AdminQueries.InvalidParameter(name: unknown, problem: "is not a parameter of this route"))
         }
         let filter: AdminQueries.EventFilter
         do {
@@ -54,40 +54,38 @@ public struct AdminController<Context: RequestContext>: Sendable {
                 status: query.get("status"), type: query.get("type"), sub: query.get("sub"), since: query.get("since"),
                 until: query.get("until"), limit: query.get("limit"), cursor: query.get("cursor"))
         } catch {
-            return Self.invalid(error)
+            throw Self.invalid(error)
         }
         return JSONResponse.make(status: .ok, json: try await queries.events(filter))
     }
 
     func event(_ id: String?) async throws -> Response {
         guard let id = id.flatMap(Int64.init) else {
-            return Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
+            throw Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
         }
-        guard let event = try await queries.event(id: id) else { return JSONResponse.error(.notFound, "not_found") }
+        guard let event = try await queries.event(id: id) else { throw APIError(.notFound, "not_found") }
         return JSONResponse.make(status: .ok, json: event)
     }
 
     func replay(_ id: String?) async throws -> Response {
         guard let id = id.flatMap(Int64.init) else {
-            return Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
+            throw Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
         }
         switch try await queue.replay(id: id) {
         case .replayed: return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": "pending"])
-        case .notFound: return JSONResponse.error(.notFound, "not_found")
+        case .notFound: throw APIError(.notFound, "not_found")
         case .ignored:
-            return JSONResponse.error(.conflict, "not_replayable", description: "the event has no known type, so nothing to do")
+            throw APIError(.conflict, "not_replayable", description: "the event has no known type, so nothing to do")
         }
     }
 
     func user(_ sub: String?) async throws -> Response {
-        guard let sub, !sub.isEmpty else { return Self.invalid(.init(name: "sub", problem: "is required")) }
-        guard let user = try await queries.user(sub: sub) else { return JSONResponse.error(.notFound, "not_found") }
+        guard let sub, !sub.isEmpty else { throw Self.invalid(.init(name: "sub", problem: "is required")) }
+        guard let user = try await queries.user(sub: sub) else { throw APIError(.notFound, "not_found") }
         return JSONResponse.make(status: .ok, json: user)
     }
 
-    static func invalid(_ error: AdminQueries.InvalidParameter) -> Response {
-        JSONResponse.make(
-            status: .badRequest,
-            json: ["error": "invalid_parameter", "parameter": .string(error.name), "description": .string(error.description)])
+    static func invalid(_ error: AdminQueries.InvalidParameter) -> APIError {
+        APIError(.badRequest, "invalid_parameter", description: error.description, parameter: error.name)
     }
 }
