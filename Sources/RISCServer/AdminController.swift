@@ -1,12 +1,14 @@
 import Foundation
 import Hummingbird
+import HummingbirdAuth
 import Logging
 import RISC
 import RISCStore
 
 /// The admin API under `/admin/v1` (SPEC §6), for scripts. Every route needs
-/// `Authorization: Bearer $RISC_ADMIN_TOKEN`; without that setting the routes do not exist.
-public struct AdminController<Context: RequestContext>: Sendable {
+/// `Authorization: Bearer $RISC_ADMIN_TOKEN` (checked by the group's middleware); without that setting the
+/// routes do not exist.
+public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Sendable {
     let adminToken: String
     let queries: AdminQueries
     let queue: EventQueue
@@ -18,28 +20,13 @@ public struct AdminController<Context: RequestContext>: Sendable {
     }
 
     public func addRoutes(to router: Router<Context>) {
-        let group = router.group("/admin/v1")
-        group.get("openapi.json") { request, _ in
-            try await self.authorized(request) { JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
-        }
-        group.get("events") { request, _ in try await self.authorized(request) { try await self.events(request) } }
-        group.get("events/:id") { request, context in
-            try await self.authorized(request) { try await self.event(context.parameters.get("id")) }
-        }
-        group.post("events/:id/replay") { request, context in
-            try await self.authorized(request) { try await self.replay(context.parameters.get("id")) }
-        }
-        group.get("users/:sub") { request, context in
-            try await self.authorized(request) { try await self.user(context.parameters.get("sub")) }
-        }
-        group.get("stats") { request, _ in try await self.authorized(request) { JSONResponse.make(status: .ok, json: try await self.queries.stats()) } }
-    }
-
-    func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
-        guard request.presents(bearer: adminToken) else {
-            throw APIError(.unauthorized, "unauthorized", description: "a valid admin token is required")
-        }
-        return try await handler()
+        let group = router.group("/admin/v1").requiringBearer(adminToken, as: .admin)
+        group.get("openapi.json") { _, _ in JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
+        group.get("events") { request, _ in try await self.events(request) }
+        group.get("events/:id") { _, context in try await self.event(context.parameters.get("id")) }
+        group.post("events/:id/replay") { _, context in try await self.replay(context.parameters.get("id")) }
+        group.get("users/:sub") { _, context in try await self.user(context.parameters.get("sub")) }
+        group.get("stats") { _, _ in JSONResponse.make(status: .ok, json: try await self.queries.stats()) }
     }
 
     func events(_ request: Request) async throws -> Response {

@@ -25,12 +25,6 @@ enum JSONResponse {
 }
 
 extension Request {
-    /// Whether the request carries `Authorization: Bearer <secret>`, compared in constant time.
-    func presents(bearer secret: String) -> Bool {
-        guard let presented = bearerToken else { return false }
-        return SecretComparison.equal(presented, secret)
-    }
-
     /// The token of an `Authorization: Bearer` header, the scheme in any case: session tokens and the
     /// admin and service secrets alike.
     var bearerToken: String? {

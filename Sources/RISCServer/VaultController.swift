@@ -1,13 +1,15 @@
 import Foundation
 import Hummingbird
+import HummingbirdAuth
 import Logging
 import RISC
 import RISCKeys
 import RISCStore
 
 /// The refresh-token vault, for the app's own backend (SPEC §5). Every route needs
-/// `Authorization: Bearer $RISC_SERVICE_TOKEN`; without that setting the routes do not exist.
-public struct VaultController<Context: RequestContext>: Sendable {
+/// `Authorization: Bearer $RISC_SERVICE_TOKEN` (checked by the group's middleware); without that setting the
+/// routes do not exist. Bodies are decoded by the context's decoder, which refuses with `APIError` bodies.
+public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Sendable {
     let serviceToken: String
     let grants: GrantStore
     let oauth: OAuthClient
@@ -19,24 +21,11 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     public func addRoutes(to router: Router<Context>) {
-        let group = router.group("/v1/grants")
-        group.post { request, context in try await self.authorized(request) { try await self.store(request, context: context) } }
-        group.post("exchange") { request, context in
-            try await self.authorized(request) { try await self.exchange(request, context: context) }
-        }
-        group.post(":id/token") { request, context in
-            try await self.authorized(request) { try await self.accessToken(request, context: context) }
-        }
-        group.delete(":id") { request, context in
-            try await self.authorized(request) { try await self.delete(request, context: context) }
-        }
-    }
-
-    func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
-        guard request.presents(bearer: serviceToken) else {
-            throw APIError(.unauthorized, "unauthorized", description: "a valid service token is required")
-        }
-        return try await handler()
+        let group = router.group("/v1/grants").requiringBearer(serviceToken, as: .service)
+        group.post { request, context in try await self.store(request, context: context) }
+        group.post("exchange") { request, context in try await self.exchange(request, context: context) }
+        group.post(":id/token") { request, context in try await self.accessToken(request, context: context) }
+        group.delete(":id") { request, context in try await self.delete(request, context: context) }
     }
 
     struct StoreRequest: Decodable {
@@ -55,8 +44,7 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     func store(_ request: Request, context: Context) async throws -> Response {
-        let body: StoreRequest
-        body = try await Self.decode(StoreRequest.self, request)
+        let body = try await request.decode(as: StoreRequest.self, context: context)
         guard !body.sub.isEmpty, !body.refresh_token.isEmpty, !body.client_id.isEmpty else {
             throw APIError(.badRequest, "invalid_request", description: "sub, refresh_token and client_id must not be empty")
         }
@@ -75,8 +63,7 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     func exchange(_ request: Request, context: Context) async throws -> Response {
-        let body: ExchangeRequest
-        body = try await Self.decode(ExchangeRequest.self, request)
+        let body = try await request.decode(as: ExchangeRequest.self, context: context)
         let tokens: TokenResponse
         do {
             tokens = try await oauth.exchange(
@@ -176,20 +163,6 @@ public struct VaultController<Context: RequestContext>: Sendable {
         case .unavailable(let reason):
             context.logger.warning("The identity provider is unavailable", metadata: ["reason": "\(reason)"])
             return APIError(.badGateway, "upstream_unavailable", description: reason)
-        }
-    }
-
-    static func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws(APIError) -> T {
-        var request = request
-        guard let body = try? await request.collectBody(upTo: 64 * 1024) else {
-            throw APIError(.contentTooLarge, "invalid_request", description: "the body is too large")
-        }
-        do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer: body))
-        } catch DecodingError.keyNotFound(let key, _) {
-            throw APIError(.badRequest, "invalid_request", description: "\(key.stringValue) is required")
-        } catch {
-            throw APIError(.badRequest, "invalid_request", description: "the body is not the expected JSON object")
         }
     }
 
