@@ -8,8 +8,6 @@ import RISCStore
 import RISCWorker
 import ServiceLifecycle
 
-public typealias AppRequestContext = BasicRequestContext
-
 /// The parts of the service that outlive one request, built once from the configuration.
 public struct ServiceDependencies: Sendable {
     public let postgres: PostgresClient

@@ -22,25 +22,11 @@ enum JSONResponse {
     }
 
     static func timestamp(_ date: Date) -> JSONValue { .timestamp(date) }
-
-    /// The `{"error": CODE}` bodies of the session and vault APIs (SPEC §5).
-    static func error(_ status: HTTPResponse.Status, _ code: String, description: String? = nil, retryAfter: Int? = nil) -> Response {
-        var body: [String: JSONValue] = ["error": .string(code)]
-        if let description { body["description"] = .string(description) }
-        var headers = HTTPFields()
-        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
-        return make(status: status, json: .object(body), headers: headers)
-    }
 }
 
 extension Request {
-    /// Whether the request carries `Authorization: Bearer <secret>`, compared in constant time.
-    func presents(bearer secret: String) -> Bool {
-        guard let presented = bearerToken else { return false }
-        return SecretComparison.equal(presented, secret)
-    }
-
-    /// The token of an `Authorization: Bearer` header.
+    /// The token of an `Authorization: Bearer` header, the scheme in any case: session tokens and the
+    /// admin and service secrets alike.
     var bearerToken: String? {
         guard let value = headers[.authorization] else { return nil }
         let parts = value.split(separator: " ", maxSplits: 1)

@@ -33,7 +33,7 @@ public struct SessionController<Context: RequestContext>: Sendable {
         guard let body = try? await request.collectBody(upTo: 64 * 1024), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
         else {
             ServiceMetrics.signIn(outcome: "invalid_token")
-            return JSONResponse.error(.unauthorized, "invalid_token", description: "the body holds no idtoken")
+            throw APIError(.unauthorized, "invalid_token", description: "the body holds no idtoken")
         }
         let token: GoogleIDToken
         do {
@@ -41,11 +41,11 @@ public struct SessionController<Context: RequestContext>: Sendable {
         } catch .invalid(let reason) {
             context.logger.info("Refused an ID token", metadata: ["reason": "\(reason)"])
             ServiceMetrics.signIn(outcome: "invalid_token")
-            return JSONResponse.error(.unauthorized, "invalid_token")
+            throw APIError(.unauthorized, "invalid_token")
         } catch {
             context.logger.warning("Cannot verify ID tokens: the identity provider's keys are unavailable")
             ServiceMetrics.signIn(outcome: "unavailable")
-            return JSONResponse.error(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
+            throw APIError(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
         }
         switch try await sessions.signIn(token.profile, issuedAt: token.issuedAt) {
         case .signedIn(let sessionToken, let expiresAt, let user):
@@ -55,17 +55,17 @@ public struct SessionController<Context: RequestContext>: Sendable {
         case .signInDisabled:
             context.logger.info("Refused a sign-in: disabled by an account-disabled event", metadata: ["sub": "\(token.profile.sub)"])
             ServiceMetrics.signIn(outcome: "account_disabled")
-            return JSONResponse.error(.forbidden, "account_disabled")
+            throw APIError(.forbidden, "account_disabled")
         case .tokenPredatesRevocation:
             context.logger.info(
                 "Refused an ID token issued before the user's sessions were revoked", metadata: ["sub": "\(token.profile.sub)"])
             ServiceMetrics.signIn(outcome: "invalid_token")
-            return JSONResponse.error(.unauthorized, "invalid_token")
+            throw APIError(.unauthorized, "invalid_token")
         }
     }
 
     func check(_ request: Request, context: Context) async throws -> Response {
-        guard let token = request.bearerToken else { return JSONResponse.error(.unauthorized, "invalid_session") }
+        guard let token = request.bearerToken else { throw APIError(.unauthorized, "invalid_session") }
         switch try await sessions.lookup(token: token) {
         case .valid(let user, let createdAt, let expiresAt, let flags):
             return JSONResponse.make(
@@ -76,15 +76,15 @@ public struct SessionController<Context: RequestContext>: Sendable {
                     "flags": .array(flags.names.map(JSONValue.string)),
                 ])
         case .revoked:
-            return JSONResponse.error(.unauthorized, "session_revoked")
+            throw APIError(.unauthorized, "session_revoked")
         case .invalid:
-            return JSONResponse.error(.unauthorized, "invalid_session")
+            throw APIError(.unauthorized, "invalid_session")
         }
     }
 
     func signOut(_ request: Request, context: Context) async throws -> Response {
         guard let token = request.bearerToken, try await sessions.end(token: token) else {
-            return JSONResponse.error(.unauthorized, "invalid_session")
+            throw APIError(.unauthorized, "invalid_session")
         }
         return Response(status: .noContent)
     }

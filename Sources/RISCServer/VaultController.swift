@@ -1,13 +1,15 @@
 import Foundation
 import Hummingbird
+import HummingbirdAuth
 import Logging
 import RISC
 import RISCKeys
 import RISCStore
 
 /// The refresh-token vault, for the app's own backend (SPEC §5). Every route needs
-/// `Authorization: Bearer $RISC_SERVICE_TOKEN`; without that setting the routes do not exist.
-public struct VaultController<Context: RequestContext>: Sendable {
+/// `Authorization: Bearer $RISC_SERVICE_TOKEN` (checked by the group's middleware); without that setting the
+/// routes do not exist. Bodies are decoded by the context's decoder, which refuses with `APIError` bodies.
+public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Sendable {
     let serviceToken: String
     let grants: GrantStore
     let oauth: OAuthClient
@@ -19,24 +21,11 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     public func addRoutes(to router: Router<Context>) {
-        let group = router.group("/v1/grants")
-        group.post { request, context in try await self.authorized(request) { try await self.store(request, context: context) } }
-        group.post("exchange") { request, context in
-            try await self.authorized(request) { try await self.exchange(request, context: context) }
-        }
-        group.post(":id/token") { request, context in
-            try await self.authorized(request) { try await self.accessToken(request, context: context) }
-        }
-        group.delete(":id") { request, context in
-            try await self.authorized(request) { try await self.delete(request, context: context) }
-        }
-    }
-
-    func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
-        guard request.presents(bearer: serviceToken) else {
-            return JSONResponse.error(.unauthorized, "unauthorized", description: "a valid service token is required")
-        }
-        return try await handler()
+        let group = router.group("/v1/grants").requiringBearer(serviceToken, as: .service)
+        group.post { request, context in try await self.store(request, context: context) }
+        group.post("exchange") { request, context in try await self.exchange(request, context: context) }
+        group.post(":id/token") { request, context in try await self.accessToken(request, context: context) }
+        group.delete(":id") { request, context in try await self.delete(request, context: context) }
     }
 
     struct StoreRequest: Decodable {
@@ -55,18 +44,17 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     func store(_ request: Request, context: Context) async throws -> Response {
-        let body: StoreRequest
-        do { body = try await Self.decode(StoreRequest.self, request) } catch { return error.response }
+        let body = try await request.decode(as: StoreRequest.self, context: context)
         guard !body.sub.isEmpty, !body.refresh_token.isEmpty, !body.client_id.isEmpty else {
-            return JSONResponse.error(.badRequest, "invalid_request", description: "sub, refresh_token and client_id must not be empty")
+            throw APIError(.badRequest, "invalid_request", description: "sub, refresh_token and client_id must not be empty")
         }
         // Google's refresh tokens are printable ASCII; only then is a token-revoked prefix (16 bytes) unambiguous.
         guard TokenIdentifier.isPrintableASCII(body.refresh_token), body.refresh_token.utf8.count <= 4096 else {
-            return JSONResponse.error(
+            throw APIError(
                 .badRequest, "invalid_request", description: "refresh_token must be printable ASCII (at most 4096 bytes)")
         }
         guard ClaimBounds.fits(body.sub), ClaimBounds.fits(body.client_id) else {
-            return JSONResponse.error(
+            throw APIError(
                 .badRequest, "invalid_request", description: "sub and client_id must be at most \(ClaimBounds.maxIdentifierBytes) bytes")
         }
         let id = try await grants.store(sub: body.sub, clientID: body.client_id, scopes: body.scopes ?? [], refreshToken: body.refresh_token)
@@ -75,18 +63,17 @@ public struct VaultController<Context: RequestContext>: Sendable {
     }
 
     func exchange(_ request: Request, context: Context) async throws -> Response {
-        let body: ExchangeRequest
-        do { body = try await Self.decode(ExchangeRequest.self, request) } catch { return error.response }
+        let body = try await request.decode(as: ExchangeRequest.self, context: context)
         let tokens: TokenResponse
         do {
             tokens = try await oauth.exchange(
                 code: body.code, codeVerifier: body.code_verifier, redirectURI: body.redirect_uri, clientID: body.client_id)
         } catch {
-            return Self.response(for: error, context: context)
+            throw Self.refusal(for: error, context: context)
         }
         guard let refreshToken = tokens.refreshToken else {
             try? await oauth.revoke(token: tokens.accessToken)  // nothing is kept, so nothing stays live
-            return JSONResponse.error(
+            throw APIError(
                 .unprocessableContent, "no_refresh_token",
                 description: "the token endpoint issued no refresh token (ask for offline access)")
         }
@@ -95,11 +82,11 @@ public struct VaultController<Context: RequestContext>: Sendable {
         let tokenSub = tokens.idToken.flatMap(Self.unverifiedSubject)
         guard let sub = body.sub ?? tokenSub else {
             try? await oauth.revoke(token: refreshToken)
-            return JSONResponse.error(.badRequest, "invalid_request", description: "sub is required when no id_token is issued")
+            throw APIError(.badRequest, "invalid_request", description: "sub is required when no id_token is issued")
         }
         if let tokenSub, tokenSub != sub {
             try? await oauth.revoke(token: refreshToken)
-            return JSONResponse.error(.badRequest, "invalid_request", description: "sub does not match the issued id_token")
+            throw APIError(.badRequest, "invalid_request", description: "sub does not match the issued id_token")
         }
         let scopes = tokens.scope?.split(separator: " ").map(String.init) ?? []
         let id = try await grants.store(sub: sub, clientID: body.client_id, scopes: scopes, refreshToken: refreshToken)
@@ -115,22 +102,22 @@ public struct VaultController<Context: RequestContext>: Sendable {
 
     func accessToken(_ request: Request, context: Context) async throws -> Response {
         guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else {
-            return JSONResponse.error(.notFound, "not_found")
+            throw APIError(.notFound, "not_found")
         }
         let grant: GrantStore.Grant
         switch try await grants.lookup(id: id) {
         case .active(let active): grant = active
-        case .revoked: return JSONResponse.error(.gone, "grant_revoked")
-        case .notFound: return JSONResponse.error(.notFound, "not_found")
+        case .revoked: throw APIError(.gone, "grant_revoked")
+        case .notFound: throw APIError(.notFound, "not_found")
         }
         let tokens: TokenResponse
         do {
             tokens = try await oauth.refresh(refreshToken: grant.refreshToken, clientID: grant.clientID)
         } catch .refused(_, "invalid_grant") {
             // Google no longer honours the token: revoked there before any event reached us.
-            return JSONResponse.error(.gone, "grant_revoked", description: "the identity provider refused the refresh token")
+            throw APIError(.gone, "grant_revoked", description: "the identity provider refused the refresh token")
         } catch {
-            return Self.response(for: error, context: context)
+            throw Self.refusal(for: error, context: context)
         }
         var answer: [String: JSONValue] = [
             "access_token": .string(tokens.accessToken), "token_type": .string(tokens.tokenType ?? "Bearer"),
@@ -142,11 +129,11 @@ public struct VaultController<Context: RequestContext>: Sendable {
 
     func delete(_ request: Request, context: Context) async throws -> Response {
         guard let id = context.parameters.get("id").flatMap(UUID.init(uuidString:)) else {
-            return JSONResponse.error(.notFound, "not_found")
+            throw APIError(.notFound, "not_found")
         }
         switch try await grants.lookup(id: id) {
         case .notFound:
-            return JSONResponse.error(.notFound, "not_found")
+            throw APIError(.notFound, "not_found")
         case .revoked:
             break  // already revoked by a RISC event: nothing left to revoke at Google
         case .active(let grant):
@@ -154,7 +141,7 @@ public struct VaultController<Context: RequestContext>: Sendable {
                 try await oauth.revoke(token: grant.refreshToken)
             } catch {
                 // Keep the grant: deleting it now would leave a live token at Google that we can no longer revoke.
-                return Self.response(for: error, context: context)
+                throw Self.refusal(for: error, context: context)
             }
         }
         _ = try await grants.delete(id: id)
@@ -162,33 +149,20 @@ public struct VaultController<Context: RequestContext>: Sendable {
         return Response(status: .noContent)
     }
 
-    static func response(for error: OAuthClient.Failure, context: Context) -> Response {
+    /// What the caller is told when the identity provider's token or revocation endpoint did not do its part.
+    static func refusal(for error: OAuthClient.Failure, context: Context) -> APIError {
         switch error {
         case .unknownClient:
-            return JSONResponse.error(.badRequest, "unknown_client", description: "no client secret is configured for this client_id")
+            return APIError(.badRequest, "unknown_client", description: "no client secret is configured for this client_id")
         case .refused(let status, let code):
             context.logger.info("The identity provider refused a token request", metadata: ["status": "\(status)", "error": "\(code)"])
             // A bad code or verifier is the caller's to fix; our own client credentials being refused is not.
             let ours = code == "invalid_client" || status >= 500
-            return JSONResponse.error(
+            return APIError(
                 ours ? .badGateway : .badRequest, code, description: "the identity provider refused the request (HTTP \(status))")
         case .unavailable(let reason):
             context.logger.warning("The identity provider is unavailable", metadata: ["reason": "\(reason)"])
-            return JSONResponse.error(.badGateway, "upstream_unavailable", description: reason)
-        }
-    }
-
-    static func decode<T: Decodable>(_ type: T.Type, _ request: Request) async throws(Refusal) -> T {
-        var request = request
-        guard let body = try? await request.collectBody(upTo: 64 * 1024) else {
-            throw Refusal(JSONResponse.error(.contentTooLarge, "invalid_request", description: "the body is too large"))
-        }
-        do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer: body))
-        } catch DecodingError.keyNotFound(let key, _) {
-            throw Refusal(JSONResponse.error(.badRequest, "invalid_request", description: "\(key.stringValue) is required"))
-        } catch {
-            throw Refusal(JSONResponse.error(.badRequest, "invalid_request", description: "the body is not the expected JSON object"))
+            return APIError(.badGateway, "upstream_unavailable", description: reason)
         }
     }
 
@@ -197,10 +171,4 @@ public struct VaultController<Context: RequestContext>: Sendable {
         guard let jws = try? CompactJWS(jwt) else { return nil }
         return (try? JSONValue.parse(jws.payload))?.objectValue?["sub"]?.stringValue
     }
-}
-
-/// A request refused before its handler ran, with the answer to send.
-struct Refusal: Error {
-    let response: Response
-    init(_ response: Response) { self.response = response }
 }

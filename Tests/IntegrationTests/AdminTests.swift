@@ -1,4 +1,6 @@
+import AsyncHTTPClient
 import Foundation
+import NIOCore
 import NIOHTTP1
 import PostgresNIO
 import RISC
@@ -36,6 +38,46 @@ struct AdminTests {
         try await Harness.with(unset) { harness in
             let reply = try await harness.call(.GET, "/admin/v1/stats", bearer: Harness.adminToken)
             #expect(reply.status == 404)
+        }
+    }
+
+    @Test("Admin and vault routes refuse no header, another scheme, a wrong token and the other kind's token, with one 401 body")
+    func bearerKinds() async throws {
+        try await Harness.with { harness in
+            func call(_ method: NIOHTTP1.HTTPMethod, _ path: String, authorization: String?) async throws -> Harness.Reply {
+                var request = HTTPClientRequest(url: harness.receiverURL + path)
+                request.method = method
+                if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+                if method == .POST {
+                    request.headers.add(name: "Content-Type", value: "application/json")
+                    request.body = .bytes(ByteBuffer(string: "{}"))
+                }
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+                let body = try await response.body.collect(upTo: 1 << 20)
+                return Harness.Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: body))
+            }
+            let routes: [(method: NIOHTTP1.HTTPMethod, path: String, own: String, other: String, kind: String)] = [
+                (.GET, "/admin/v1/stats", Harness.adminToken, Harness.serviceToken, "admin"),
+                (.POST, "/v1/grants", Harness.serviceToken, Harness.adminToken, "service"),
+            ]
+            for route in routes {
+                let refused: [String?] = [
+                    nil, "Bearer", "Bearer wrong", "Bearer \(route.other)", "Basic \(Data(route.own.utf8).base64EncodedString())",
+                    route.own,
+                ]
+                for authorization in refused {
+                    let reply = try await call(route.method, route.path, authorization: authorization)
+                    let label = "\(route.path) with \(authorization ?? "no header")"
+                    #expect(reply.status == 401, "\(label)")
+                    #expect(reply.headers.first(name: "Content-Type") == "application/json", "\(label)")
+                    #expect(
+                        reply.json == ["error": "unauthorized", "description": .string("a valid \(route.kind) token is required")],
+                        "\(label): \(reply.body)")
+                }
+                // The scheme is case-insensitive (RFC 9110 §11.1), as it always was here.
+                let lowercase = try await call(route.method, route.path, authorization: "bearer \(route.own)")
+                #expect(lowercase.status != 401, "\(route.path): \(lowercase.body)")
+            }
         }
     }
 

@@ -89,6 +89,25 @@ struct SignInAndVaultTests {
         }
     }
 
+    @Test("The vault refuses a body over 64 KiB, one that is not JSON, and a missing key, each saying which")
+    func vaultBodies() async throws {
+        try await Harness.with { harness in
+            let client = Client(base: harness.receiverURL)
+            let big = try await client.send(
+                .POST, "/v1/grants", bearer: Harness.serviceToken, body: String(repeating: " ", count: 64 * 1024 + 1),
+                contentType: "application/json")
+            #expect(big.status == 413)
+            #expect(big.json == ["error": "invalid_request", "description": "the body is too large"], "\(big.body)")
+            let notJSON = try await client.send(.POST, "/v1/grants", bearer: Harness.serviceToken, body: "sub=s", contentType: "application/json")
+            #expect(notJSON.status == 400)
+            #expect(notJSON.json == ["error": "invalid_request", "description": "the body is not the expected JSON object"], "\(notJSON.body)")
+            let missing = try await client.send(
+                .POST, "/v1/grants/exchange", bearer: Harness.serviceToken, json: ["code": "c", "client_id": "x"])
+            #expect(missing.status == 400)
+            #expect(missing.json == ["error": "invalid_request", "description": "redirect_uri is required"], "\(missing.body)")
+        }
+    }
+
     @Test("Refresh tokens are encrypted at rest, refreshed at the token endpoint, and revoked there on delete")
     func vaultLifecycle() async throws {
         try await Harness.with { harness in
