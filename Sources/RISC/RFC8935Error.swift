@@ -24,9 +24,16 @@ public struct SETRejection: Error, Sendable, Equatable, CustomStringConvertible 
     public static func invalidKey(_ text: String) -> Self { .init(.invalidKey, text) }
 
     /// The JSON body RFC 8935 prescribes: `{"err": CODE, "description": TEXT}`.
-    public struct Body: Codable, Sendable, Equatable {
+    public struct Body: Sendable, Equatable {
         public var err: String
         public var description: String
+
+        public init(err: String, description: String) {
+            self.err = err
+            self.description = description
+        }
+
+        public var jsonValue: JSONValue { ["err": .string(err), "description": .string(description)] }
     }
 
     public var body: Body { Body(err: code.rawValue, description: text) }

@@ -4,17 +4,8 @@ import NIOCore
 import RISC
 
 enum JSONResponse {
-    static func make(status: HTTPResponse.Status, _ value: some Encodable, headers extra: HTTPFields = [:]) -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
-        let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
-        var headers = extra
-        headers[.contentType] = "application/json"
-        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(data: data)))
-    }
-
-    /// A JSON value, serialized without JSONEncoder (the session check is a hot path).
+    /// Every JSON answer of the service: one serializer (sorted keys, RFC 3339 timestamps), no JSONEncoder,
+    /// whose per-call setup the session check, a hot path, would pay.
     static func make(status: HTTPResponse.Status, json value: JSONValue, headers extra: HTTPFields = [:]) -> Response {
         var headers = extra
         headers[.contentType] = "application/json"

@@ -53,7 +53,7 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
             switch error {
             case .rejected(let rejection):
                 logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
-                return (JSONResponse.make(status: .badRequest, rejection.body), "unparsed", rejection.code.rawValue)
+                return (JSONResponse.make(status: .badRequest, json: rejection.body.jsonValue), "unparsed", rejection.code.rawValue)
             case .keysUnavailable(let retryAfter):
                 logger.warning(
                     "Rejected a SET for now: the transmitter's key for it is unavailable", metadata: ["retry_after": "\(retryAfter)"])
@@ -73,7 +73,7 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
             return (Response(status: .accepted), eventType, outcome == .duplicate ? "duplicate" : "accepted")
         } catch EventInbox.Failure.unstorable {
             let rejection = SETRejection.invalidRequest("the claims cannot be stored")
-            return (JSONResponse.make(status: .badRequest, rejection.body), eventType, rejection.code.rawValue)
+            return (JSONResponse.make(status: .badRequest, json: rejection.body.jsonValue), eventType, rejection.code.rawValue)
         } catch {
             logger.warning("Could not commit a SET; asking the transmitter to retry")
             return (Self.retryLater(seconds: 5), eventType, "unavailable")

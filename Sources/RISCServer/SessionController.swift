@@ -22,12 +22,6 @@ public struct SessionController<Context: RequestContext>: Sendable {
         router.delete("/v1/session") { request, context in try await self.signOut(request, context: context) }
     }
 
-    struct SignedIn: Encodable {
-        var session_token: String
-        var expires_at: Date
-        var user: UserView
-    }
-
     func signIn(_ request: Request, context: Context) async throws -> Response {
         var request = request
         guard let body = try? await request.collectBody(upTo: 64 * 1024), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
@@ -51,7 +45,8 @@ public struct SessionController<Context: RequestContext>: Sendable {
         case .signedIn(let sessionToken, let expiresAt, let user):
             context.logger.info("Signed in", metadata: ["sub": "\(user.sub)"])
             ServiceMetrics.signIn(outcome: "success")
-            return JSONResponse.make(status: .ok, SignedIn(session_token: sessionToken, expires_at: expiresAt, user: user))
+            return JSONResponse.make(
+                status: .ok, json: ["session_token": .string(sessionToken), "expires_at": .timestamp(expiresAt), "user": user.jsonValue])
         case .signInDisabled:
             context.logger.info("Refused a sign-in: disabled by an account-disabled event", metadata: ["sub": "\(token.profile.sub)"])
             ServiceMetrics.signIn(outcome: "account_disabled")

@@ -59,7 +59,7 @@ public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Send
         }
         let id = try await grants.store(sub: body.sub, clientID: body.client_id, scopes: body.scopes ?? [], refreshToken: body.refresh_token)
         context.logger.info("Stored a grant", metadata: ["grant_id": "\(id)", "sub": "\(body.sub)"])
-        return JSONResponse.make(status: .created, ["grant_id": id.uuidString.lowercased()])
+        return JSONResponse.make(status: .created, json: ["grant_id": .string(id.uuidString.lowercased())])
     }
 
     func exchange(_ request: Request, context: Context) async throws -> Response {
@@ -97,7 +97,7 @@ public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Send
         ]
         if let expiresIn = tokens.expiresIn { answer["expires_in"] = .number(Double(expiresIn)) }
         if let scope = tokens.scope { answer["scope"] = .string(scope) }
-        return JSONResponse.make(status: .ok, JSONValue.object(answer))
+        return JSONResponse.make(status: .ok, json: .object(answer))
     }
 
     func accessToken(_ request: Request, context: Context) async throws -> Response {
@@ -124,7 +124,7 @@ public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Send
         ]
         if let expiresIn = tokens.expiresIn { answer["expires_in"] = .number(Double(expiresIn)) }
         answer["scope"] = .string(tokens.scope ?? grant.scopes.joined(separator: " "))
-        return JSONResponse.make(status: .ok, JSONValue.object(answer))
+        return JSONResponse.make(status: .ok, json: .object(answer))
     }
 
     func delete(_ request: Request, context: Context) async throws -> Response {

@@ -5,7 +5,7 @@ import PostgresNIO
 import RISC
 
 /// A user as the API shows it.
-public struct UserView: Sendable, Codable, Equatable {
+public struct UserView: Sendable, Equatable {
     public var sub: String
     public var email: String?
     public var emailVerified: Bool?
@@ -13,11 +13,7 @@ public struct UserView: Sendable, Codable, Equatable {
     public var picture: String?
     public var hd: String?
 
-    enum CodingKeys: String, CodingKey {
-        case sub, email, emailVerified = "email_verified", name, picture, hd
-    }
-
-    /// The same object as the Codable form, built directly (no JSONEncoder on the hot path).
+    /// The `user` object of sign-in and the session check.
     public var jsonValue: JSONValue {
         var object: [String: JSONValue] = ["sub": .string(sub)]
         if let email { object["email"] = .string(email) }

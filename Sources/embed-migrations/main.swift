@@ -23,4 +23,8 @@ for path in arguments.dropFirst() {
     source += "        .init(version: \"\(version)\", sql: String(decoding: Data(base64Encoded: \"\(data.base64EncodedString())\")!, as: UTF8.self)),\n"
 }
 source += "    ])\n}\n"
-try Data(source.utf8).write(to: URL(fileURLWithPath: output), options: .atomic)
+// Unchanged text is not rewritten: a new file time would recompile RISCStore after every new build plan.
+let outputURL = URL(fileURLWithPath: output)
+if (try? Data(contentsOf: outputURL)) != Data(source.utf8) {
+    try Data(source.utf8).write(to: outputURL, options: .atomic)
+}

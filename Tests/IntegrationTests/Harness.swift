@@ -131,10 +131,10 @@ struct Harness {
 
         /// The RFC 8935 error body, checked to have exactly the keys `err` and `description`.
         var rejection: SETRejection.Body? {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: String],
-                Set(object.keys) == ["err", "description"]
+            guard let object = (try? JSONValue.parse(Array(body.utf8)))?.objectValue, Set(object.keys) == ["err", "description"],
+                let err = object["err"]?.stringValue, let description = object["description"]?.stringValue
             else { return nil }
-            return try? JSONDecoder().decode(SETRejection.Body.self, from: Data(body.utf8))
+            return SETRejection.Body(err: err, description: description)
         }
     }
 

@@ -206,8 +206,7 @@ struct SETRejectionTests {
 
     @Test("The error body is exactly {err, description}")
     func body() throws {
-        let data = try JSONEncoder().encode(SETRejection.invalidRequest("x").body)
-        let object = try JSONSerialization.jsonObject(with: data) as? [String: String]
-        #expect(object == ["err": "invalid_request", "description": "x"])
+        let text = SETRejection.invalidRequest("x").body.jsonValue.serialized
+        #expect(text == #"{"description":"x","err":"invalid_request"}"#)
     }
 }
