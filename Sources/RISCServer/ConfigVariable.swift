@@ -125,8 +125,14 @@ extension ConfigInput {
 }
 
 extension String: ConfigInput {
-    // Text is what `read` takes second: nothing to read before it.
-    static func typed(from reader: ConfigReader, _ key: ConfigKey, isSecret: Bool) -> String? { nil }
+    /// Text is what `read` takes second. First only a file's number or boolean where text is expected
+    /// (`RISC_ADMIN_TOKEN: 12345678901234567890` in YAML), as its text: such a value is never silently unset.
+    static func typed(from reader: ConfigReader, _ key: ConfigKey, isSecret: Bool) -> String? {
+        guard reader.string(forKey: key, isSecret: isSecret) == nil else { return nil }
+        return reader.int(forKey: key, isSecret: isSecret).map { String($0) }
+            ?? reader.double(forKey: key, isSecret: isSecret).map { String($0) }
+            ?? reader.bool(forKey: key, isSecret: isSecret).map { String($0) }
+    }
     init?(text: String) { self = text }
 }
 

@@ -121,6 +121,10 @@ struct ConfigurationTests {
         #expect(!configuration.sessionCache && configuration.idleTimeoutSeconds == 2.5)
         #expect(configuration.sessionLifetimeSeconds == 3600, "a number written as a string, as JSON may")
         #expect(configuration.allowedAlgorithms == ["RS256", "PS256"])
+        var numericToken = typed
+        numericToken["RISC_ADMIN_TOKEN"] = .init(.int(12_345_678_901_234_567), isSecret: true)
+        #expect(try ServiceConfiguration(reader: Self.typedReader(numericToken)).adminToken == "12345678901234567",
+                "a number where text is expected is its text, never silently unset")
 
         for (variable, value) in [
             ("RISC_PORT", 70000), ("RISC_MAX_ATTEMPTS", 0),
