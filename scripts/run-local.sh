@@ -10,7 +10,8 @@ RISC_PORT=${RISC_PORT:-8080}
 TRANSMITTER_PORT=${TRANSMITTER_PORT:-8765}
 PG_PORT=${PG_PORT:-54329}
 CLIENT_ID=${CLIENT_ID:-dev-client.apps.googleusercontent.com}
-state=$PWD/.local
+# RISC_LOCAL_DIR: where the database and local secrets live (scripts/check-run-local.sh uses a scratch one).
+state=${RISC_LOCAL_DIR:-$PWD/.local}
 mkdir -p "$state"
 chmod 755 "$state"
 
@@ -20,10 +21,22 @@ pg_ensure_installed
 pg_dir=$state/postgres
 if [ "$(id -u)" -eq 0 ] && ! runuser -u postgres -- test -x "$state"; then
   pg_dir=/var/tmp/risc-receiver-local/postgres
+  [ "$state" = "$PWD/.local" ] || pg_dir=/var/tmp/risc-receiver-local/$(printf %s "$state" | md5sum | cut -c1-8)/postgres
   mkdir -p "$(dirname "$pg_dir")"
   chmod 755 "$(dirname "$pg_dir")"
 fi
-echo "Building risc-receiver..."
+# A second run while the first is still up: say so at once, not after a rebuild and a failing pg_ctl.
+if [ -f "$pg_dir/data/postmaster.pid" ] && kill -0 "$(head -1 "$pg_dir/data/postmaster.pid")" 2>/dev/null; then
+  echo "run-local.sh: risc-receiver is already running locally (its PostgreSQL, pid $(head -1 "$pg_dir/data/postmaster.pid"), serves $pg_dir); use that one, or stop it with Ctrl-C in its terminal" >&2
+  exit 1
+fi
+for named in "RISC_PORT=$RISC_PORT" "TRANSMITTER_PORT=$TRANSMITTER_PORT" "PG_PORT=$PG_PORT"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/${named#*=}") 2>/dev/null; then
+    echo "run-local.sh: port ${named#*=} (${named%%=*}) is already in use on 127.0.0.1; set ${named%%=*} to a free port" >&2
+    exit 1
+  fi
+done
+echo "Building risc-receiver (the first build takes 5-10 minutes)..."
 swift build --product risc-receiver
 bin=$(swift build --show-bin-path)/risc-receiver
 
@@ -53,10 +66,19 @@ export RISC_SERVICE_TOKEN RISC_VAULT_KEY RISC_ADMIN_TOKEN
 export GOOGLE_CLIENT_SECRET_FILES="$state/client_secret.json"
 export GOOGLE_SERVICE_ACCOUNT_FILE="$state/service-account.json"
 export RISC_MANAGEMENT_URL="http://127.0.0.1:$TRANSMITTER_PORT/v1beta"
-# The settings the admin and stream commands need, for another terminal: set -a; . .local/env; set +a
+# Everything the server reads, for the other commands in another terminal (admin, stream, config check,
+# vault rotate): set -a; . .local/env; set +a
 cat >"$state/env" <<ENV
 DATABASE_URL=$DATABASE_URL
+RISC_CLIENT_IDS=$RISC_CLIENT_IDS
+RISC_CONFIGURATION_URL=$RISC_CONFIGURATION_URL
+GOOGLE_OPENID_CONFIGURATION_URL=$GOOGLE_OPENID_CONFIGURATION_URL
+RISC_HOST=$RISC_HOST
+RISC_PORT=$RISC_PORT
 RISC_ADMIN_TOKEN=$RISC_ADMIN_TOKEN
+RISC_SERVICE_TOKEN=$RISC_SERVICE_TOKEN
+RISC_VAULT_KEY=$RISC_VAULT_KEY
+GOOGLE_CLIENT_SECRET_FILES=$GOOGLE_CLIENT_SECRET_FILES
 GOOGLE_SERVICE_ACCOUNT_FILE=$GOOGLE_SERVICE_ACCOUNT_FILE
 RISC_MANAGEMENT_URL=$RISC_MANAGEMENT_URL
 ENV

@@ -35,8 +35,8 @@ public enum ConfigVariables {
     ) { _ in true }
 
     public static let port = ConfigVariable<Int>(
-        "RISC_PORT", default: .value(8080), help: "the port the server listens on", rule: "must be a port number (0-65535)"
-    ) { (0...65535).contains($0) }
+        "RISC_PORT", default: .value(8080), help: "the port the server listens on", rule: "must be a port number (1-65535)"
+    ) { (1...65535).contains($0) }
 
     static let supportedAlgorithms = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
 

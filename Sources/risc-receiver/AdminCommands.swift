@@ -66,7 +66,16 @@ struct EventsList: AsyncParsableCommand {
         let page = try await options.withQueries { queries, _ in try await queries.events(filter) }
         if options.json { return options.printJSON(page.jsonValue) }
         print(Table.events(page.events))
-        if let next = page.nextCursor { print("\nmore: --cursor \(next)") }
+        if let next = page.nextCursor { print("\nmore: \(nextPageCommand(cursor: next))") }
+    }
+
+    /// The command for the next page: the same filters (a cursor only says where the last page ended), then the cursor.
+    func nextPageCommand(cursor: String) -> String {
+        let filters: [(String, String?)] = [
+            ("status", status), ("type", type), ("sub", sub), ("since", since), ("until", until), ("limit", limit), ("cursor", cursor),
+        ]
+        let options = filters.compactMap { name, value in value.map { "--\(name) \(Table.shellQuoted($0))" } }
+        return (["risc-receiver events list"] + options).joined(separator: " ")
     }
 }
 
@@ -178,7 +187,7 @@ struct Stats: AsyncParsableCommand {
         let stats = try await options.withQueries { queries, _ in try await queries.stats() }
         if options.json { return options.printJSON(stats.jsonValue) }
         print("queue depth   \(stats.backlog.depth)")
-        print("oldest        \(Table.text(stats.backlog.oldestAgeSeconds.map(JSONValue.number))) s")
+        print("oldest        \(stats.backlog.oldestAgeSeconds.map { "\(Table.text(.number($0))) s" } ?? "- (nothing waiting)")")
         print("dead          \(stats.dead)\n")
         let statuses = EventStatus.allCases.sorted { $0.rawValue < $1.rawValue }
         print(Table.render(headers: ["STATUS", "EVENTS"], rows: statuses.map { [$0.rawValue, String(stats.byStatus[$0] ?? 0)] }))
@@ -209,6 +218,12 @@ enum Table {
             rows: events.map { event in
                 [String(event.id), text(.timestamp(event.receivedAt)), event.typeName, event.status.rawValue, String(event.attempts), event.sub ?? "-"]
             })
+    }
+
+    /// As typed in a shell: bare when that is safe, else in single quotes.
+    static func shellQuoted(_ value: String) -> String {
+        let safe = value.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.:/@+=,".unicodeScalars.contains($0)) }
+        return safe && !value.isEmpty ? value : "'" + value.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
     }
 
     static func text(_ value: JSONValue?) -> String {

@@ -11,7 +11,7 @@ struct DevTransmitterCommand: AsyncParsableCommand {
         commandName: "transmitter",
         abstract: "Serve a RISC discovery document and JWKS on loopback, and sign and push SETs on command.")
 
-    @Option(help: "Port on 127.0.0.1.")
+    @Option(help: "Port on 127.0.0.1 (1-65535).")
     var port: Int = 8765
 
     @Option(help: "Where SETs are pushed.")
@@ -28,6 +28,10 @@ struct DevTransmitterCommand: AsyncParsableCommand {
 
     @Option(help: "Write the service-account key file its fake management API accepts (for GOOGLE_SERVICE_ACCOUNT_FILE).")
     var writeServiceAccount: String?
+
+    func validate() throws {
+        guard (1...65535).contains(port) else { throw ValidationError("--port must be 1...65535") }
+    }
 
     func run() async throws {
         let logger = try await Bootstrap.logger("risc-receiver.dev-transmitter", file: nil)

@@ -5,6 +5,7 @@ import NIOHTTP1
 import PostgresNIO
 import RISC
 import RISCServer
+import RISCStore
 import Testing
 
 @Suite("Admin API and CLI", .timeLimit(.minutes(3)))
@@ -224,6 +225,21 @@ struct AdminTests {
             #expect(try await runRiscReceiver(["events", "list", "--status", "finished"], environment: environment).status == 2)
             #expect(try await runRiscReceiver(["events", "replay"], environment: environment).status == 2)
             #expect(try await runRiscReceiver(["stats"], environment: [:]).status == 2)
+
+            // The next page's hint repeats the filters: the cursor alone would list every event.
+            let page = try await runRiscReceiver(["events", "list", "--sub", sub, "--limit", "1"], environment: environment)
+            #expect(page.output.contains("more: risc-receiver events list --sub \(sub) --limit 1 --cursor "), "\(page.output)")
+        }
+    }
+
+    @Test("stats on a database where nothing waits says so, not `- s`")
+    func statsWithNothingWaiting() async throws {
+        try await IsolatedDatabase.with { database in
+            _ = try await Migrator.embedded.migrate(client: database.client, logger: Harness.logger)
+            let stats = try await runRiscReceiver(["stats"], environment: ["DATABASE_URL": database.url, "LOG_LEVEL": "warning"])
+            #expect(stats.status == 0, "\(stats.output)")
+            #expect(stats.output.contains("oldest        - (nothing waiting)"), "\(stats.output)")
+            #expect(!stats.output.contains("- s"))
         }
     }
 

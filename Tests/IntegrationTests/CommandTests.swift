@@ -27,7 +27,7 @@ struct CommandTests {
     @Test(
         "A configuration error exits 2 with one line on standard error naming the variable, and nothing on standard output",
         arguments: [
-            ("serve", "RISC_PORT", "http", "risc-receiver: configuration error: RISC_PORT: must be a port number (0-65535)"),
+            ("serve", "RISC_PORT", "http", "risc-receiver: configuration error: RISC_PORT: must be a port number (1-65535)"),
             (
                 "migrate", "LOG_LEVEL", "loud",
                 "risc-receiver: configuration error: LOG_LEVEL: must be one of trace, debug, info, notice, warning, error, critical"
@@ -63,6 +63,9 @@ struct CommandTests {
         let worker = try await runRiscReceiver(["worker", "--batch-size", "0"], environment: [:])
         #expect(worker.status != 0)
         #expect(worker.output.contains("--batch-size"))
+        let port = try await runRiscReceiver(["dev", "transmitter", "--port", "80000"], environment: [:])
+        #expect(port.status == 2, "a usage error, not a transmitter on another port")
+        #expect(port.output.contains("--port must be 1...65535"))
         let idtoken = try await runRiscReceiver(["dev", "idtoken"], environment: [:])
         #expect(idtoken.status != 0)
         #expect(idtoken.output.contains("--sub"))

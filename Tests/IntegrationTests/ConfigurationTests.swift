@@ -48,7 +48,7 @@ struct ConfigurationTests {
         "Bad configuration is one line naming the variable",
         arguments: [
             ("DATABASE_URL", nil), ("DATABASE_URL", "mysql://x"), ("RISC_CLIENT_IDS", nil), ("RISC_CLIENT_IDS", " , "),
-            ("RISC_PORT", "http"), ("RISC_PORT", "70000"), ("RISC_ALLOWED_ALGS", "RS256,none"), ("RISC_ALLOWED_ALGS", "HS256"),
+            ("RISC_PORT", "http"), ("RISC_PORT", "70000"), ("RISC_PORT", "0"), ("RISC_ALLOWED_ALGS", "RS256,none"), ("RISC_ALLOWED_ALGS", "HS256"),
             ("RISC_ALLOWED_ALGS", "XX1"), ("RISC_CONFIGURATION_URL", "ftp://example.com/x"),
             ("GOOGLE_OPENID_CONFIGURATION_URL", "not a url"), ("RISC_VAULT_KEY", "c2hvcnQ="),
             ("RISC_VAULT_PREVIOUS_KEYS", "c2hvcnQ="), ("GOOGLE_CLIENT_SECRET_FILES", "/nonexistent/client_secret.json"),
@@ -63,7 +63,7 @@ struct ConfigurationTests {
     @Test("The messages say what is wrong")
     func messages() throws {
         for (variable, value, problem) in [
-            ("DATABASE_URL", nil, "is required but not set"), ("RISC_PORT", "http", "must be a port number (0-65535)"),
+            ("DATABASE_URL", nil, "is required but not set"), ("RISC_PORT", "http", "must be a port number (1-65535)"),
             ("RISC_CLIENT_IDS", " , ", "must list at least one OAuth client ID, comma-separated"),
             ("RISC_ALLOWED_ALGS", "RS256,none", "none can never be allowed: SETs are verified with the transmitter's public keys"),
             ("RISC_ALLOWED_ALGS", "XX1", "XX1 is not a supported algorithm"),

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Checks the README's run command where a user's first hour goes wrong: started a second time, or with a port
+# in use, scripts/run-local.sh must say so at once (within 5 s, before any build) and exit non-zero.
+# Runs a first instance on free ports with a scratch state directory, so a developer's own .local is untouched.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/pg.sh
+
+scratch=$(mktemp -d /tmp/risc-run-local.XXXXXX)
+chmod 755 "$scratch"
+export RISC_LOCAL_DIR=$scratch/state RISC_PORT=$(pg_free_port) TRANSMITTER_PORT=$(pg_free_port) PG_PORT=$(pg_free_port)
+first=""
+cleanup() {
+  # The whole process group (setsid): the server and transmitter stop, then run-local.sh stops PostgreSQL.
+  [ -n "$first" ] && kill -INT -- "-$first" 2>/dev/null && wait "$first" 2>/dev/null
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+fail() { echo "check-run-local: $*" >&2; exit 1; }
+
+setsid scripts/run-local.sh >"$scratch/first.log" 2>&1 &
+first=$!
+for _ in $(seq 600); do
+  curl -sf "http://127.0.0.1:$RISC_PORT/healthz" >/dev/null 2>&1 && break
+  kill -0 "$first" 2>/dev/null || { cat "$scratch/first.log" >&2; fail "the first run-local.sh ended early"; }
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$RISC_PORT/healthz" >/dev/null || fail "the first run-local.sh did not serve /healthz"
+
+# expect_refusal NAME PATTERN: a second run-local.sh (with the environment as set) fails fast, saying PATTERN.
+expect_refusal() {
+  local name=$1 pattern=$2 started status=0
+  started=$(date +%s%N)
+  timeout 30 scripts/run-local.sh >"$scratch/$name.log" 2>&1 || status=$?
+  local elapsed_ms=$((($(date +%s%N) - started) / 1000000))
+  [ "$status" -ne 0 ] || fail "$name: exit 0"
+  [ "$elapsed_ms" -lt 5000 ] || fail "$name: took $elapsed_ms ms"
+  grep -q "$pattern" "$scratch/$name.log" || { cat "$scratch/$name.log" >&2; fail "$name: no line saying '$pattern'"; }
+  echo "check-run-local: $name: exit $status after $elapsed_ms ms: $(grep "$pattern" "$scratch/$name.log")"
+}
+expect_refusal second-run "already running locally"
+RISC_LOCAL_DIR=$scratch/other PG_PORT=$(pg_free_port) expect_refusal busy-port "port $RISC_PORT (RISC_PORT) is already in use"
+echo "check-run-local: ok"
