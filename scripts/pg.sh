@@ -27,10 +27,15 @@ tools_ensure_installed() {
   local missing=() pair
   for pair in "$@"; do command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}"); done
   [ ${#missing[@]} -eq 0 ] && return 0
-  echo "Installing ${missing[*]}..." >&2
+  tools_ensure_installed_package "${missing[@]}"
+}
+
+# tools_ensure_installed_package PACKAGE...: installs Debian packages that no command names.
+tools_ensure_installed_package() {
+  echo "Installing $*..." >&2
   local sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 # Runs a command as the cluster's owner.

@@ -4,12 +4,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/pg.sh
 
+echo "==> PostgreSQL 15 (apt: postgresql), unless installed"
 pg_ensure_installed
 # Validators from PyPI: kubernetes-validate (it ships the schemas) for deploy/, openapi-spec-validator and
-# jsonschema for the admin API's OpenAPI document and live responses.
-python3 -c 'import kubernetes_validate, yaml, openapi_spec_validator, jsonschema' 2>/dev/null ||
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+# jsonschema for the admin API's OpenAPI document and live responses. In a virtualenv of our own: Debian's
+# python3 refuses a system-wide pip install (externally-managed-environment). Its bin/ goes first on PATH, so
+# the tests' `python3` is the one with the validators.
+venv=$PWD/.build-venv
+if ! "$venv/bin/python3" -c 'import kubernetes_validate, yaml, openapi_spec_validator, jsonschema' 2>/dev/null; then
+  echo "==> Python validators in $venv (pip: kubernetes-validate pyyaml openapi-spec-validator jsonschema)"
+  python3 -c 'import venv, ensurepip' 2>/dev/null || tools_ensure_installed_package python3-venv
+  python3 -m venv "$venv"
+  "$venv/bin/python3" -m pip install -q --disable-pip-version-check \
     kubernetes-validate pyyaml openapi-spec-validator jsonschema
+fi
+export PATH="$venv/bin:$PATH"
 work=$(mktemp -d /tmp/risc-test.XXXXXX)
 chmod 755 "$work"
 main_port=$(pg_free_port)
@@ -32,12 +41,17 @@ export RISC_TEST_OUTAGE_DATABASE_URL="postgres://postgres@127.0.0.1:$outage_port
 export RISC_TEST_OUTAGE_STOP="$(declare -f pg_bin pg_as_owner pg_stop); pg_stop '$work/outage'"
 export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_start '$work/outage' $outage_port"
 
+echo "==> swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
 swift build --build-tests
+echo "==> swift test"
 swift test --skip-build "$@"
 
 # The whole suite (no arguments) also runs the fault-injection suite against the binary just built: kill -9,
 # an immediate PostgreSQL restart, a JWKS outage and SIGTERM while 10,000 SETs arrive (about 2 minutes).
 if [ $# -eq 0 ]; then
   tools_ensure_installed curl:curl ss:iproute2
+  echo "==> fault-injection suite (about 2 minutes)"
   RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/fault-suite.sh
+  echo "==> scripts/run-local.sh started twice, and with a busy port"
+  scripts/check-run-local.sh
 fi
