@@ -29,6 +29,10 @@ public struct ServiceDependencies: Sendable {
         configuration: ServiceConfiguration, httpClient: HTTPClient, logger: Logger,
         inboxSettings: EventInbox.Settings = .init(), unknownKidRefetchInterval: Double = 30
     ) throws {
+        // Every request's wait for the database has the one bound, RISC_DATABASE_TIMEOUT.
+        let databaseTimeout = Duration.milliseconds(Int64(configuration.databaseTimeoutSeconds * 1000))
+        var inboxSettings = inboxSettings
+        inboxSettings.commitTimeout = databaseTimeout
         var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
         postgresConfiguration.options.maximumConnections = max(20, inboxSettings.flushers * 2)
         postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: logger)
@@ -46,7 +50,8 @@ public struct ServiceDependencies: Sendable {
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
         sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
         sessions = SessionStore(
-            client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds), logger: logger)
+            client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds),
+            databaseTimeout: databaseTimeout, logger: logger)
         if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
             let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))
             grants = GrantStore(client: postgres, cipher: cipher, logger: logger)

@@ -119,6 +119,10 @@ public enum ConfigVariables {
         "RISC_SHUTDOWN_TIMEOUT", default: 10,
         help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (an addition; `serve` and `worker`)")
 
+    public static let databaseTimeout = seconds(
+        "RISC_DATABASE_TIMEOUT", default: 5,
+        help: "seconds storing a SET, a sign-in or a session check waits for the database before answering 503 with Retry-After (an addition)")
+
     public static let logLevel = ConfigVariable<Logger.Level>(
         "LOG_LEVEL", as: String.self, default: .value(.info), help: "swift-log level",
         rule: "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))"

@@ -32,6 +32,8 @@ public struct ServiceConfiguration: Sendable {
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
     public var sessionCache = ConfigVariables.sessionCache.defaultValue
     public var idleTimeoutSeconds = ConfigVariables.idleTimeout.defaultValue
+    /// How long a request waits for the database before answering 503 (RISC_DATABASE_TIMEOUT).
+    public var databaseTimeoutSeconds = ConfigVariables.databaseTimeout.defaultValue
     public var shutdownTimeoutSeconds = ConfigVariables.shutdownTimeout.defaultValue
     public var logLevel = ConfigVariables.logLevel.defaultValue
     public var logFormat = ConfigVariables.logFormat.defaultValue
@@ -100,6 +102,7 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.sessionCache, \.sessionCache),
         Setting(ConfigVariables.idleTimeout, \.idleTimeoutSeconds),
         Setting(ConfigVariables.shutdownTimeout, \.shutdownTimeoutSeconds),
+        Setting(ConfigVariables.databaseTimeout, \.databaseTimeoutSeconds),
         Setting(ConfigVariables.logLevel, \.logLevel),
         Setting(ConfigVariables.logFormat, \.logFormat),
         Setting(ConfigVariables.migrationsDirectory, \.migrationsDirectory),

@@ -41,7 +41,8 @@ public struct SessionController<Context: RequestContext>: Sendable {
             ServiceMetrics.signIn(outcome: "unavailable")
             throw APIError(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
         }
-        switch try await sessions.signIn(token.profile, issuedAt: token.issuedAt) {
+        let outcome = try await database(context, metric: true) { try await sessions.signIn(token.profile, issuedAt: token.issuedAt) }
+        switch outcome {
         case .signedIn(let sessionToken, let expiresAt, let user):
             context.logger.info("Signed in", metadata: ["sub": "\(user.sub)"])
             ServiceMetrics.signIn(outcome: "success")
@@ -61,7 +62,8 @@ public struct SessionController<Context: RequestContext>: Sendable {
 
     func check(_ request: Request, context: Context) async throws -> Response {
         guard let token = request.bearerToken else { throw APIError(.unauthorized, "invalid_session") }
-        switch try await sessions.lookup(token: token) {
+        let lookup = try await database(context) { try await sessions.lookup(token: token) }
+        switch lookup {
         case .valid(let user, let createdAt, let expiresAt, let flags):
             return JSONResponse.make(
                 status: .ok,
@@ -78,10 +80,22 @@ public struct SessionController<Context: RequestContext>: Sendable {
     }
 
     func signOut(_ request: Request, context: Context) async throws -> Response {
-        guard let token = request.bearerToken, try await sessions.end(token: token) else {
+        guard let token = request.bearerToken, try await database(context, { try await sessions.end(token: token) }) else {
             throw APIError(.unauthorized, "invalid_session")
         }
         return Response(status: .noContent)
+    }
+
+    /// A call to the sessions' store. The database down, or slower than RISC_DATABASE_TIMEOUT, is 503
+    /// `unavailable` with Retry-After, as for a SET: the app can tell it from a bad session and retry.
+    func database<T>(_ context: Context, metric: Bool = false, _ call: () async throws -> T) async throws -> T {
+        do {
+            return try await call()
+        } catch {
+            context.logger.warning("The database is unavailable", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+            if metric { ServiceMetrics.signIn(outcome: "unavailable") }
+            throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
+        }
     }
 
     /// `idtoken=` as a form, or `{"idToken": ...}` as JSON.

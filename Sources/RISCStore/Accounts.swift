@@ -61,13 +61,19 @@ public struct SessionStore: Sendable {
     let cache: SessionCache?
     let logger: Logger
     public let sessionLifetime: Duration
+    /// How long a call waits for the database before it throws `TimeoutError` (RISC_DATABASE_TIMEOUT). With the
+    /// database down, the pool would otherwise keep a caller waiting about a minute, and the app's every
+    /// request behind it.
+    public let databaseTimeout: Duration
 
     public init(
-        client: PostgresClient, cache: SessionCache? = nil, sessionLifetime: Duration = .seconds(14 * 24 * 3600), logger: Logger
+        client: PostgresClient, cache: SessionCache? = nil, sessionLifetime: Duration = .seconds(14 * 24 * 3600),
+        databaseTimeout: Duration = .seconds(5), logger: Logger
     ) {
         self.client = client
         self.cache = cache
         self.sessionLifetime = sessionLifetime
+        self.databaseTimeout = databaseTimeout
         self.logger = logger
     }
 
@@ -82,6 +88,10 @@ public struct SessionStore: Sendable {
     /// ID token predates their last session revocation; a refused sign-in writes nothing.
     /// Committed before it returns, so the token works at once on any connection.
     public func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
+        try await withTimeout(databaseTimeout) { try await self.signInNow(profile, issuedAt: issuedAt) }
+    }
+
+    private func signInNow(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
         let token = Self.newToken()
         let hash = Self.tokenHash(token)
         let lifetime = Double(sessionLifetime.components.seconds)
@@ -131,6 +141,10 @@ public struct SessionStore: Sendable {
         let hash = Self.tokenHash(token)
         let now = Date()
         if let hit = cache?.lookup(hash, now: now) { return hit }
+        return try await withTimeout(databaseTimeout) { try await self.lookupInDatabase(hash, now: now) }
+    }
+
+    private func lookupInDatabase(_ hash: Data, now: Date) async throws -> Lookup {
         let epoch = cache?.currentEpoch()
         for try await row in try await client.execute(LookupSession(hash: hash), logger: logger) {
             if row.revoked { return .revoked }
@@ -144,10 +158,13 @@ public struct SessionStore: Sendable {
 
     /// Signs out: the session is deleted. False when there was none.
     public func end(token: String) async throws -> Bool {
-        var deleted = false
         let hash = Self.tokenHash(token)
-        let rows = try await client.query("DELETE FROM risc_sessions WHERE token_hash = \(hash) RETURNING id", logger: logger)
-        for try await _ in rows { deleted = true }
+        let deleted = try await withTimeout(databaseTimeout) {
+            var deleted = false
+            let rows = try await client.query("DELETE FROM risc_sessions WHERE token_hash = \(hash) RETURNING id", logger: logger)
+            for try await _ in rows { deleted = true }
+            return deleted
+        }
         cache?.remove(hash)
         return deleted
     }

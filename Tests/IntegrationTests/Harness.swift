@@ -23,6 +23,7 @@ struct Harness {
     struct Options {
         var databaseURL = Harness.environment("RISC_TEST_DATABASE_URL")
         var unknownKidRefetchInterval: Double = 0
+        /// RISC_DATABASE_TIMEOUT: storing a SET, sign-in and the session check.
         var commitTimeout: Duration = .seconds(5)
         /// Run an in-process worker beside the receiver (as `serve` does by default).
         var worker = false
@@ -66,8 +67,7 @@ struct Harness {
 
         var configuration = ServiceConfiguration(databaseURL: options.databaseURL, clientIDs: [audience, "another-client"])
         configuration.port = 0
-        var inboxSettings = EventInbox.Settings()
-        inboxSettings.commitTimeout = options.commitTimeout
+        configuration.databaseTimeoutSeconds = Double(options.commitTimeout.components.seconds)
 
         let (receiverPorts, receiverPort) = AsyncStream.makeStream(of: Int.self)
         let group = ServiceGroup(
@@ -90,7 +90,7 @@ struct Harness {
             receiverConfiguration.clientSecrets = [ClientSecret(clientID: audience, clientSecret: "dev-client-secret")]
             receiverConfiguration.maxAttempts = options.maxAttempts
             let dependencies = try ServiceDependencies(
-                configuration: receiverConfiguration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings,
+                configuration: receiverConfiguration, httpClient: .shared, logger: logger,
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval)
             var workers: [any Service] = []
             if options.worker {

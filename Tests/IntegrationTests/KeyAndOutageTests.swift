@@ -91,18 +91,32 @@ struct KeyAndOutageTests {
         }
     }
 
-    @Test("With the database stopped the receiver answers 503; after a restart it accepts again")
+    @Test("With the database stopped: SETs, sign-in and the session check answer 503 at once; after a restart SETs are accepted again")
     func databaseOutage() async throws {
         var options = Harness.Options()
         options.databaseURL = Harness.environment("RISC_TEST_OUTAGE_DATABASE_URL")
         options.commitTimeout = .seconds(2)
         try await Harness.with(options) { harness in
             #expect(try await harness.postNewSET().status == 202)
+            let sub = "outage-\(UUID().uuidString.prefix(8))"
+            let idToken = try await harness.idToken(sub: sub)
             try await shell(Harness.environment("RISC_TEST_OUTAGE_STOP"))
             let token = try await harness.makeSET("sessions-revoked")
             let down = try await harness.post(token)
             #expect(down.status == 503)
             #expect(down.headers["Retry-After"].first.flatMap(Int.init) != nil)
+            // Not a minute's hang and a 500 (the pool retrying its connections): 503 within RISC_DATABASE_TIMEOUT (2 s
+            // here; the bound below leaves room for a loaded machine).
+            for (name, call) in [
+                ("sign-in", { try await harness.call(.POST, "/tokensignin", form: ["idtoken": idToken]) }),
+                ("session check", { try await harness.checkSession("no-such-session-\(UUID().uuidString)") }),
+            ] as [(String, () async throws -> Harness.Reply)] {
+                let started = ContinuousClock.now
+                let reply = try await call()
+                #expect(ContinuousClock.now - started < .seconds(20), "\(name) took \(ContinuousClock.now - started)")
+                #expect(reply.status == 503 && reply.error == "unavailable", "\(name): \(reply.status) \(reply.body)")
+                #expect(reply.headers["Retry-After"].first.flatMap(Int.init) != nil, "\(name)")
+            }
             try await shell(Harness.environment("RISC_TEST_OUTAGE_START"))
             // The pool reconnects by itself; the transmitter's retry is then accepted and stored once.
             var status = 0
