@@ -1,4 +1,8 @@
 import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
 import PostgresNIO
 
 /// Turns a `postgres://user:password@host:port/database?sslmode=...` URL into a client configuration.
@@ -8,7 +12,30 @@ public enum DatabaseURL {
         public let description: String
     }
 
-    public static func configuration(from url: String) throws -> PostgresClient.Configuration {
+    /// What the URL says, once: the pool's and a single connection's configurations are both made from it.
+    struct Parts {
+        enum Address {
+            case tcp(host: String, port: Int)
+            case socket(path: String)
+        }
+        enum TLSMode { case disable, prefer, require }
+
+        var address: Address
+        var username: String
+        var password: String?
+        var database: String?
+        var tls: TLSMode
+
+        /// For messages: where the database is, never who or with what password.
+        var location: String {
+            switch address {
+            case .tcp(let host, let port): "\(host):\(port)"
+            case .socket(let path): path
+            }
+        }
+    }
+
+    static func parts(_ url: String) throws(Invalid) -> Parts {
         guard let components = URLComponents(string: url),
             components.scheme == "postgres" || components.scheme == "postgresql"
         else {
@@ -21,23 +48,102 @@ public enum DatabaseURL {
         var database = components.path
         if database.hasPrefix("/") { database.removeFirst() }
         let databaseName = database.isEmpty ? nil : database.removingPercentEncoding
+        let port = components.port ?? 5432
 
         if let socketDirectory = query["host"], socketDirectory.hasPrefix("/") {
-            let port = components.port ?? 5432
-            return PostgresClient.Configuration(
-                unixSocketPath: "\(socketDirectory)/.s.PGSQL.\(port)", username: username, password: password,
-                database: databaseName)
+            return Parts(
+                address: .socket(path: "\(socketDirectory)/.s.PGSQL.\(port)"), username: username, password: password,
+                database: databaseName, tls: .disable)
         }
         guard let host = components.host, !host.isEmpty else { throw Invalid(description: "the URL names no host") }
-        let tls: PostgresClient.Configuration.TLS
+        let tls: Parts.TLSMode
         switch query["sslmode"] ?? "prefer" {
         case "disable": tls = .disable
-        case "require", "verify-ca", "verify-full": tls = .require(.makeClientConfiguration())
-        case "prefer", "allow": tls = .prefer(.makeClientConfiguration())
+        case "require", "verify-ca", "verify-full": tls = .require
+        case "prefer", "allow": tls = .prefer
         case let other: throw Invalid(description: "unsupported sslmode \(other)")
         }
-        return PostgresClient.Configuration(
-            host: host, port: components.port ?? 5432, username: username, password: password, database: databaseName,
-            tls: tls)
+        return Parts(address: .tcp(host: host, port: port), username: username, password: password, database: databaseName, tls: tls)
+    }
+
+    public static func configuration(from url: String) throws -> PostgresClient.Configuration {
+        let parts = try parts(url)
+        switch parts.address {
+        case .socket(let path):
+            return PostgresClient.Configuration(
+                unixSocketPath: path, username: parts.username, password: parts.password, database: parts.database)
+        case .tcp(let host, let port):
+            let tls: PostgresClient.Configuration.TLS =
+                switch parts.tls {
+                case .disable: .disable
+                case .prefer: .prefer(.makeClientConfiguration())
+                case .require: .require(.makeClientConfiguration())
+                }
+            return PostgresClient.Configuration(
+                host: host, port: port, username: parts.username, password: parts.password, database: parts.database, tls: tls)
+        }
+    }
+
+    /// The database cannot be used, and why: the server's own words (an unknown role, a missing database) or the
+    /// network's (refused, unknown host, no TLS), with where it is. Never the password.
+    public struct Unreachable: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Opens one connection and closes it again, giving up after `timeout`. A command calls this before it starts a
+    /// pool: a pool retries a refused connection for about a minute, logging each try, and then reports its own
+    /// circuit breaker rather than the cause.
+    public static func check(_ url: String, timeout: Duration = .seconds(10), logger: Logger) async throws(Unreachable) {
+        let parts: Parts
+        do { parts = try Self.parts(url) } catch { throw Unreachable(description: "DATABASE_URL: \(error)") }
+        var configuration: PostgresConnection.Configuration
+        switch parts.address {
+        case .socket(let path):
+            configuration = .init(unixSocketPath: path, username: parts.username, password: parts.password, database: parts.database)
+        case .tcp(let host, let port):
+            let sslContext: NIOSSLContext
+            do { sslContext = try NIOSSLContext(configuration: .makeClientConfiguration()) } catch {
+                throw Unreachable(description: "cannot set up TLS for the database: \(error)")
+            }
+            let tls: PostgresConnection.Configuration.TLS =
+                switch parts.tls {
+                case .disable: .disable
+                case .prefer: .prefer(sslContext)
+                case .require: .require(sslContext)
+                }
+            configuration = .init(host: host, port: port, username: parts.username, password: parts.password, database: parts.database, tls: tls)
+        }
+        configuration.options.connectTimeout = .milliseconds(Int64(timeout.components.seconds * 1000))
+        let reason: String
+        let settings = configuration
+        do {
+            let connection = try await withTimeout(timeout) {
+                try await PostgresConnection.connect(configuration: settings, id: 0, logger: logger)
+            }
+            try? await connection.close()
+            return
+        } catch is TimeoutError {
+            reason = "no answer within \(timeout.components.seconds) s"
+        } catch {
+            reason = Self.reason(error)
+        }
+        throw Unreachable(description: "cannot connect to the database at \(parts.location) (DATABASE_URL): \(reason)")
+    }
+
+    static func reason(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return String(describing: error) }
+        if let message = error.serverInfo?[.message] { return message }
+        if error.code == .sslUnsupported { return "the server does not support TLS (sslmode=require)" }
+        if let underlying = error.underlying { return describe(network: underlying) }
+        return String(describing: error.code)
+    }
+
+    /// "connection refused", not NIO's nested description of every address it tried.
+    static func describe(network error: any Error) -> String {
+        if let connection = error as? NIOConnectionError, let first = connection.connectionErrors.first {
+            return describe(network: first.error)
+        }
+        if let io = error as? IOError { return String(cString: strerror(io.errnoCode)).lowercased() }
+        return String(describing: error)
     }
 }

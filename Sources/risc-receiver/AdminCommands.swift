@@ -19,7 +19,7 @@ struct AdminOptions: ParsableArguments {
             try ConfigVariables.databaseURL.value(from: reader)
         }
         let logger = try await Bootstrap.logger("risc-receiver.admin", file: config.file)
-        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         do {
             return try await client.whileRunning(timeout: .seconds(600)) { client in
                 try await body(AdminQueries(client: client, logger: logger), EventQueue(client: client, logger: logger))

@@ -24,7 +24,7 @@ struct Migrate: AsyncParsableCommand {
         } catch {
             throw Bootstrap.fail("\(error)")
         }
-        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         do {
             let applied = try await client.whileRunning { client in
                 try await migrator.migrate(client: client, logger: logger)

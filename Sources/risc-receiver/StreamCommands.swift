@@ -149,7 +149,7 @@ struct StreamVerify: AsyncParsableCommand {
         guard wait, let databaseURL else { return }
 
         let logger = try await Bootstrap.logger("risc-receiver.stream", file: options.config.file)
-        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         let deadline = requested + .milliseconds(Int(timeout * 1000))
         let received = try await client.whileRunning(timeout: .seconds(Int64(timeout) + 30)) { client -> Bool in
             let types = [EventType.verification.rawValue, EventType.ssfVerification.rawValue]

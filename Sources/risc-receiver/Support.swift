@@ -2,6 +2,7 @@ import ArgumentParser
 import Configuration
 import Foundation
 import Logging
+import PostgresNIO
 import RISCServer
 import RISCStore
 import ServiceLifecycle
@@ -108,6 +109,21 @@ enum Bootstrap {
             }
             tasks.cancelAll()
         }
+    }
+
+    /// The pool of a one-shot command, once one connection has shown the database usable; otherwise, within
+    /// 10 s, one line with the server's or the network's reason and where the database is, and exit 1. (A pool
+    /// alone retries a refused connection for a minute and then reports its circuit breaker.) The pool logs
+    /// warnings and worse only: its routine lines are not a command's output.
+    static func commandDatabase(_ url: String, logger: Logger) async throws -> PostgresClient {
+        var libraryLogger = logger
+        libraryLogger.logLevel = max(logger.logLevel, .warning)
+        do {
+            try await DatabaseURL.check(url, logger: libraryLogger)
+        } catch {
+            throw fail(error.description)
+        }
+        return PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: libraryLogger)
     }
 
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {

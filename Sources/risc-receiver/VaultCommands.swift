@@ -38,7 +38,7 @@ struct VaultRotate: AsyncParsableCommand {
         let logger = try await Bootstrap.logger("risc-receiver.vault", file: config.file)
         let cipher = VaultCipher(
             current: VaultCipher.key(base64: current)!, previous: previous.compactMap(VaultCipher.key(base64:)))
-        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+        let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         let grants = GrantStore(client: client, cipher: cipher, logger: logger)
         let progress = ProgressBar(label: "Re-encrypting grants")
         do {

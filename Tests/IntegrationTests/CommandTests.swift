@@ -71,6 +71,37 @@ struct CommandTests {
         #expect(idtoken.output.contains("--sub"))
     }
 
+    @Test("A wrong DATABASE_URL: within seconds, one line with the server's or the network's reason and where, never the password")
+    func unreachableDatabase() async throws {
+        let good = try #require(URLComponents(string: Harness.environment("RISC_TEST_DATABASE_URL")))
+        let port = try #require(good.port)
+        func variant(_ change: (inout URLComponents) -> Void) -> String {
+            var url = good
+            url.password = "hunter2-secret"
+            change(&url)
+            return url.string!
+        }
+        let cases: [(String, String, String)] = [
+            ("wrong port", variant { $0.port = 9 }, "127.0.0.1:9 (DATABASE_URL): connection refused"),
+            ("wrong database", variant { $0.path = "/no_such_database" }, #"database "no_such_database" does not exist"#),
+            ("unknown role", variant { $0.user = "nobody" }, #"role "nobody" does not exist"#),
+            ("TLS required", variant { $0.queryItems = [URLQueryItem(name: "sslmode", value: "require")] }, "does not support TLS"),
+            ("unknown host", variant { $0.host = "no-such-host.invalid" }, "no-such-host.invalid:\(port) (DATABASE_URL)"),
+        ]
+        for (name, url, reason) in cases {
+            for command in [["migrate"], ["stats"]] {
+                let started = ContinuousClock.now
+                let (status, output) = try await runRiscReceiver(command, environment: ["DATABASE_URL": url])
+                let lines = output.split(separator: "\n")
+                #expect(status == 1, "\(name) \(command): \(output)")
+                #expect(lines.count == 1, "\(name) \(command): one line, no library logs: \(output)")
+                #expect(output.contains("cannot connect to the database at") && output.contains(reason), "\(name) \(command): \(output)")
+                #expect(!output.contains("hunter2"), "\(name): the password")
+                #expect(ContinuousClock.now - started < .seconds(15), "\(name) \(command)")
+            }
+        }
+    }
+
     @Test("migrate applies everything once, concurrently safe, and refuses a changed file")
     func migrations() async throws {
         let logger = Harness.logger
