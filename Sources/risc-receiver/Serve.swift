@@ -1,7 +1,11 @@
 import ArgumentParser
+#if canImport(Glibc)
+import Glibc
+#endif
 import AsyncHTTPClient
 import Hummingbird
 import Logging
+import NIOCore
 import PostgresNIO
 import RISC
 import RISCStore
@@ -25,20 +29,75 @@ struct Serve: AsyncParsableCommand {
         let configuration = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ServiceConfiguration(reader: reader)
         }
+        // Before anything starts: a port in use is then one line at once, not after the pool and the key fetches
+        // have started and must wind down again.
+        if let errno = Self.bindError(host: configuration.host, port: configuration.port) {
+            throw Bootstrap.fail(Self.cannotListen(errno: errno, host: configuration.host, port: configuration.port))
+        }
         let logger = Bootstrap.logger("risc-receiver", level: configuration.logLevel, format: configuration.logFormat)
         let dependencies = try ServiceDependencies(configuration: configuration, httpClient: .shared, logger: logger)
-        let worker: [any Service] = noWorker ? [] : [dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker"))]
+        // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
+        let listening = AsyncStream<Void>.makeStream()
+        let worker: [any Service] =
+            noWorker ? [] : [AfterListening(listening.stream, dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")))]
         let expected = (try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory))?.migrations.map(\.version)
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
         }
         let app = buildApplication(
             configuration: configuration, dependencies: dependencies, logger: logger, expectedMigrations: expected,
-            extraServices: worker)
+            extraServices: worker, onServerRunning: { _ in listening.continuation.finish() })
         // SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, the worker finishes its batch, then the
         // pool closes; whatever still runs after RISC_SHUTDOWN_TIMEOUT (a stalled client, say) is cancelled.
-        try await Bootstrap.runUntilSignalled(
-            [.init(service: app)], shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
+        do {
+            try await Bootstrap.runUntilSignalled(
+                [.init(service: app)], shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
+        } catch let error as IOError {
+            // Taken between the check and the server's own bind.
+            throw Bootstrap.fail(Self.cannotListen(errno: error.errnoCode, host: configuration.host, port: configuration.port))
+        }
+    }
+
+    /// `cannot listen on 127.0.0.1:8080: address already in use (RISC_PORT)`: the cause, and the variable to change.
+    static func cannotListen(errno: Int32, host: String, port: Int) -> String {
+        let variable = errno == EADDRINUSE || errno == EACCES ? "RISC_PORT" : "RISC_HOST"
+        return "cannot listen on \(host):\(port): \(String(cString: strerror(errno)).lowercased()) (\(variable))"
+    }
+
+    /// Binds a socket to the address as the server will (SO_REUSEADDR) and closes it: the errno that stops the
+    /// server from listening there, or nil.
+    static func bindError(host: String, port: Int) -> Int32? {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE
+        var found: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &found) == 0, let address = found else { return EADDRNOTAVAIL }
+        defer { freeaddrinfo(found) }
+        let socket = Glibc.socket(address.pointee.ai_family, address.pointee.ai_socktype, address.pointee.ai_protocol)
+        guard socket >= 0 else { return errno }
+        defer { close(socket) }
+        var one: Int32 = 1
+        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        return bind(socket, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 ? nil : errno
+    }
+}
+
+/// Runs a service once `signal` ends (the server listens), or not at all if shutdown comes first.
+struct AfterListening: Service {
+    let signal: AsyncStream<Void>
+    let service: any Service
+
+    init(_ signal: AsyncStream<Void>, _ service: any Service) {
+        self.signal = signal
+        self.service = service
+    }
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            for await _ in signal {}
+        }
+        guard !Task.isShuttingDownGracefully, !Task.isCancelled else { return }
+        try await service.run()
     }
 }
 

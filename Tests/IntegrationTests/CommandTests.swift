@@ -102,6 +102,24 @@ struct CommandTests {
         }
     }
 
+    @Test("serve on a port in use: one line naming the address, the cause and RISC_PORT, at once, before any worker output")
+    func portInUse() async throws {
+        try await Harness.with { harness in
+            let port = try #require(URLComponents(string: harness.receiverURL)?.port)
+            let started = ContinuousClock.now
+            let (status, output) = try await runRiscReceiver(
+                ["serve"],
+                environment: [
+                    "DATABASE_URL": Harness.environment("RISC_TEST_DATABASE_URL"), "RISC_CLIENT_IDS": Harness.audience,
+                    "RISC_PORT": String(port), "RISC_CONFIGURATION_URL": harness.transmitter.discoveryURL,
+                    "GOOGLE_OPENID_CONFIGURATION_URL": harness.transmitter.openIDConfigurationURL,
+                ])
+            #expect(status == 1)
+            #expect(output == "risc-receiver: cannot listen on 127.0.0.1:\(port): address already in use (RISC_PORT)\n", "\(output)")
+            #expect(ContinuousClock.now - started < .seconds(10))
+        }
+    }
+
     @Test("migrate applies everything once, concurrently safe, and refuses a changed file")
     func migrations() async throws {
         let logger = Harness.logger
