@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import RISC
+import RISCKeys
 import Synchronization
 
 /// A local stand-in for Google (SPEC §8): RISC discovery document, OpenID configuration, JWKS with rotation,
@@ -116,16 +117,29 @@ public final class DevTransmitter: Sendable {
         public var jti: String?
     }
 
+    /// The receiver did not answer: nothing was delivered.
+    public struct ReceiverUnreachable: Error, CustomStringConvertible {
+        public let url: String
+        public let reason: String
+        public var description: String { "cannot reach the receiver at \(url): \(reason)" }
+    }
+
     /// Signs a SET and POSTs it to the receiver, as Google's push delivery does (RFC 8935).
     public func send(_ request: SETRequest) async throws -> Delivery {
         let claims = try SETFactory.claims(for: request, issuer: issuer, audience: settings.audience)
         let token = try await sign(claims: claims)
-        var post = HTTPClientRequest(url: request.target ?? settings.receiverURL)
+        let url = request.target ?? settings.receiverURL
+        var post = HTTPClientRequest(url: url)
         post.method = .POST
         post.headers.add(name: "Content-Type", value: "application/secevent+jwt")
         post.headers.add(name: "Accept", value: "application/json")
         post.body = .bytes(ByteBuffer(string: token))
-        let response = try await httpClient.execute(post, timeout: .seconds(30))
+        let response: HTTPClientResponse
+        do {
+            response = try await HTTPClient.failFast.execute(post, timeout: .seconds(30))
+        } catch {
+            throw ReceiverUnreachable(url: url, reason: NetworkErrors.describe(error))
+        }
         let body = try await response.body.collect(upTo: 1 << 20)
         return Delivery(status: Int(response.status.code), body: String(buffer: body), jti: claims["jti"]?.stringValue)
     }
@@ -197,6 +211,9 @@ public final class DevTransmitter: Sendable {
                 ])
             } catch let error as SETFactory.Invalid {
                 throw HTTPError(.badRequest, message: error.description)
+            } catch let error as ReceiverUnreachable {
+                // Not the transmitter's fault: the caller must be able to tell, and say so.
+                throw HTTPError(.badGateway, message: error.description)
             }
         }
     }
@@ -208,4 +225,15 @@ public final class DevTransmitter: Sendable {
         let data = (try? JSONEncoder().encode(value)) ?? Data()
         return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(data: data)))
     }
+}
+
+extension HTTPClient {
+    /// For the development tools: a refused connection fails at once. (The shared client keeps retrying it until
+    /// the request's deadline, so a mistyped port cost 30 s.)
+    public static let failFast: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.timeout.connect = .seconds(5)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 }

@@ -45,7 +45,7 @@ extension HTTPClient {
             do {
                 response = try await execute(request, timeout: timeout)
             } catch {
-                throw FetchError.transport(String(describing: error), url: current)
+                throw FetchError.transport(NetworkErrors.describe(error), url: current)
             }
             let body = try await response.body.collect(upTo: 1 << 20)
             if (300...399).contains(response.status.code), let location = response.headers["Location"].first,

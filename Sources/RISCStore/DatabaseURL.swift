@@ -1,7 +1,6 @@
 import Foundation
 import Logging
 import NIOCore
-import NIOPosix
 import NIOSSL
 import PostgresNIO
 
@@ -93,7 +92,11 @@ public enum DatabaseURL {
     /// Opens one connection and closes it again, giving up after `timeout`. A command calls this before it starts a
     /// pool: a pool retries a refused connection for about a minute, logging each try, and then reports its own
     /// circuit breaker rather than the cause.
-    public static func check(_ url: String, timeout: Duration = .seconds(10), logger: Logger) async throws(Unreachable) {
+    /// `describeNetwork` words a network error (RISCKeys' `NetworkErrors.describe`, which this module cannot see).
+    public static func check(
+        _ url: String, timeout: Duration = .seconds(10), logger: Logger,
+        describeNetwork: (any Error) -> String = { String(describing: $0) }
+    ) async throws(Unreachable) {
         let parts: Parts
         do { parts = try Self.parts(url) } catch { throw Unreachable(description: "DATABASE_URL: \(error)") }
         var configuration: PostgresConnection.Configuration
@@ -125,25 +128,16 @@ public enum DatabaseURL {
         } catch is TimeoutError {
             reason = "no answer within \(timeout.components.seconds) s"
         } catch {
-            reason = Self.reason(error)
+            reason = Self.reason(error, describeNetwork: describeNetwork)
         }
         throw Unreachable(description: "cannot connect to the database at \(parts.location) (DATABASE_URL): \(reason)")
     }
 
-    static func reason(_ error: any Error) -> String {
-        guard let error = error as? PSQLError else { return String(describing: error) }
+    static func reason(_ error: any Error, describeNetwork: (any Error) -> String) -> String {
+        guard let error = error as? PSQLError else { return describeNetwork(error) }
         if let message = error.serverInfo?[.message] { return message }
         if error.code == .sslUnsupported { return "the server does not support TLS (sslmode=require)" }
-        if let underlying = error.underlying { return describe(network: underlying) }
+        if let underlying = error.underlying { return describeNetwork(underlying) }
         return String(describing: error.code)
-    }
-
-    /// "connection refused", not NIO's nested description of every address it tried.
-    static func describe(network error: any Error) -> String {
-        if let connection = error as? NIOConnectionError, let first = connection.connectionErrors.first {
-            return describe(network: first.error)
-        }
-        if let io = error as? IOError { return String(cString: strerror(io.errnoCode)).lowercased() }
-        return String(describing: error)
     }
 }

@@ -5,6 +5,7 @@ import Foundation
 import Hummingbird
 import NIOCore
 import RISC
+import RISCKeys
 
 struct DevTransmitterCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -178,13 +179,15 @@ enum DevClient {
         post.body = .bytes(ByteBuffer(data: json))
         let response: HTTPClientResponse
         do {
-            response = try await HTTPClient.shared.execute(post, timeout: .seconds(30))
+            response = try await HTTPClient.failFast.execute(post, timeout: .seconds(30))
         } catch {
-            throw Bootstrap.fail("cannot reach the development transmitter at \(transmitter): \(error)")
+            throw Bootstrap.fail("cannot reach the development transmitter at \(transmitter): \(NetworkErrors.describe(error))")
         }
         let body = Data(buffer: try await response.body.collect(upTo: 1 << 20))
         guard response.status == .ok else {
-            throw Bootstrap.fail("the transmitter answered \(response.status.code): \(String(decoding: body, as: UTF8.self))")
+            // Hummingbird's HTTPError body: {"error": {"message": ...}}; a 502 names the receiver that failed.
+            let message = (try? JSONValue.parse(Array(body)))?["error"]?["message"]?.stringValue
+            throw Bootstrap.fail(message ?? "the transmitter answered \(response.status.code): \(String(decoding: body, as: UTF8.self))")
         }
         return body
     }

@@ -3,6 +3,7 @@ import Configuration
 import Foundation
 import Logging
 import PostgresNIO
+import RISCKeys
 import RISCServer
 import RISCStore
 import ServiceLifecycle
@@ -119,7 +120,7 @@ enum Bootstrap {
         var libraryLogger = logger
         libraryLogger.logLevel = max(logger.logLevel, .warning)
         do {
-            try await DatabaseURL.check(url, logger: libraryLogger)
+            try await DatabaseURL.check(url, logger: libraryLogger, describeNetwork: NetworkErrors.describe)
         } catch {
             throw fail(error.description)
         }

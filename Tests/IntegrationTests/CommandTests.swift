@@ -120,6 +120,23 @@ struct CommandTests {
         }
     }
 
+    @Test("dev send names the party that failed, at once: the receiver it could not reach, or the transmitter")
+    func devSendNamesWhoFailed() async throws {
+        try await Harness.with { harness in
+            for (arguments, expected) in [
+                (["--transmitter", harness.transmitter.baseURL, "--target", "http://127.0.0.1:9/risc/events"],
+                 "risc-receiver: cannot reach the receiver at http://127.0.0.1:9/risc/events: connection refused\n"),
+                (["--transmitter", "http://127.0.0.1:9"], "risc-receiver: cannot reach the development transmitter at http://127.0.0.1:9: connection refused\n"),
+            ] {
+                let started = ContinuousClock.now
+                let (status, output) = try await runRiscReceiver(["dev", "send", "sessions-revoked", "--sub", "1"] + arguments, environment: [:])
+                #expect(status == 1)
+                #expect(output == expected)
+                #expect(ContinuousClock.now - started < .seconds(10), "a refused connection is not retried for 30 s")
+            }
+        }
+    }
+
     @Test("migrate applies everything once, concurrently safe, and refuses a changed file")
     func migrations() async throws {
         let logger = Harness.logger
