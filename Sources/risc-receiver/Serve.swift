@@ -93,7 +93,7 @@ struct AfterListening: Service {
     }
 
     func run() async throws {
-        try? await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             for await _ in signal {}
         }
         guard !Task.isShuttingDownGracefully, !Task.isCancelled else { return }
