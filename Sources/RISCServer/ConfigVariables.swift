@@ -94,7 +94,7 @@ public enum ConfigVariables {
     ) { (1...1000).contains($0) }
 
     public static let sessionLifetime = ConfigVariable<Int>(
-        "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (not in SPEC §7: an addition)",
+        "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (an addition)",
         rule: "must be a number of seconds, at least 60", note: "14 days"
     ) { $0 >= 60 }
 
@@ -170,6 +170,20 @@ public enum ConfigVariables {
         ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL]
 
     /// The README's table of variables; `risc-receiver config variables` prints it, and a test holds README.md to it.
+    /// A command's help text about its variables: name, default and meaning, from the same descriptions.
+    public static func environmentHelp(_ variables: [any ConfigVariableDocumentation]) -> String {
+        let lines = variables.map { variable in
+            let defaultText = variable.documentedDefault.replacingOccurrences(of: "`", with: "")
+            return "  \(variable.name) (\(defaultText)\(variable.isSecret ? ", secret" : "")): \(variable.help.replacingOccurrences(of: "`", with: ""))"
+        }
+        return (["Environment (or --config FILE):"] + lines).joined(separator: "\n")
+    }
+
+    /// The variables `serve` reads.
+    public static var serve: [any ConfigVariableDocumentation] { ServiceConfiguration.settings.map(\.variable) }
+    /// The logging variables every command reads.
+    public static var logging: [any ConfigVariableDocumentation] { [logLevel, logFormat] }
+
     public static var markdownTable: String {
         let rows = all.map { variable in
             let name = "`\(variable.name)`" + (variable.isSecret ? " (secret)" : "")

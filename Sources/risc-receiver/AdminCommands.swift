@@ -40,7 +40,7 @@ struct Events: AsyncParsableCommand {
 }
 
 struct EventsList: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "list", abstract: "Stored events, newest first.")
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Stored events, newest first.", discussion: EnvironmentHelp.database)
 
     @Option(help: "\(EventStatus.allCases.map(\.rawValue).joined(separator: ", ")).") var status: String?
     @Option(help: "An event-type URI or short name (sessions-revoked, ...).") var type: String?
@@ -80,7 +80,7 @@ struct EventsList: AsyncParsableCommand {
 }
 
 struct EventsShow: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "show", abstract: "One event, its claims and its actions.")
+    static let configuration = CommandConfiguration(commandName: "show", abstract: "One event, its claims and its actions.", discussion: EnvironmentHelp.database)
 
     @Argument(help: "The event id.") var id: Int64
     @OptionGroup var options: AdminOptions
@@ -107,7 +107,7 @@ struct EventsShow: AsyncParsableCommand {
 
 struct EventsReplay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "replay", abstract: "Run an event again (its actions are idempotent), or every dead letter with --dead.")
+        commandName: "replay", abstract: "Run an event again (its actions are idempotent), or every dead letter with --dead.", discussion: EnvironmentHelp.database)
 
     @Argument(help: "The event id.") var id: Int64?
     @Flag(help: "Replay every dead event.") var dead = false
@@ -150,7 +150,7 @@ struct Users: AsyncParsableCommand {
 
 struct UsersShow: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "show", abstract: "A user's account state, flags, sessions, grants and recent events.")
+        commandName: "show", abstract: "A user's account state, flags, sessions, grants and recent events.", discussion: EnvironmentHelp.database)
 
     @Argument(help: "The Google account sub.") var sub: String
     @OptionGroup var options: AdminOptions
@@ -179,7 +179,7 @@ struct UsersShow: AsyncParsableCommand {
 }
 
 struct Stats: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Counts by status and type, queue depth, oldest pending, dead letters.")
+    static let configuration = CommandConfiguration(abstract: "Counts by status and type, queue depth, oldest pending, dead letters.", discussion: EnvironmentHelp.database)
 
     @OptionGroup var options: AdminOptions
 
@@ -218,6 +218,23 @@ enum Table {
             rows: events.map { event in
                 [String(event.id), text(.timestamp(event.receivedAt)), event.typeName, event.status.rawValue, String(event.attempts), event.sub ?? "-"]
             })
+    }
+
+    /// A JSON object as aligned `key  value` lines, nested keys joined with dots, lists comma-separated.
+    static func lines(_ value: JSONValue) -> String {
+        func flatten(_ value: JSONValue, _ prefix: String) -> [(String, String)] {
+            switch value {
+            case .object(let members):
+                return members.keys.sorted().flatMap { flatten(members[$0]!, prefix.isEmpty ? $0 : prefix + "." + $0) }
+            case .array(let items) where items.allSatisfy({ $0.stringValue != nil }):
+                return [(prefix, items.compactMap(\.stringValue).joined(separator: ", "))]
+            default:
+                return [(prefix, text(value))]
+            }
+        }
+        let pairs = flatten(value, "")
+        let width = pairs.map(\.0.count).max() ?? 0
+        return pairs.map { $0.0.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.1 }.joined(separator: "\n")
     }
 
     /// As typed in a shell: bare when that is safe, else in single quotes.

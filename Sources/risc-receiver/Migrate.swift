@@ -5,7 +5,7 @@ import RISCStore
 
 struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Apply pending database migrations (safe to run concurrently and repeatedly).")
+        abstract: "Apply pending database migrations (safe to run concurrently and repeatedly).", discussion: EnvironmentHelp.migrate)
 
     @Option(help: "Directory of NNNN_name.sql files to apply instead of those built into this binary.")
     var migrations: String?

@@ -15,7 +15,7 @@ import ServiceLifecycle
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the HTTP server (SET receiver, sign-in, sessions, vault) and, unless --no-worker, a worker.")
+        abstract: "Run the HTTP server (SET receiver, sign-in, sessions, vault) and, unless --no-worker, a worker.", discussion: EnvironmentHelp.serve)
 
     @Flag(help: "Run no worker in this process (run `risc-receiver worker` separately).")
     var noWorker = false
@@ -103,7 +103,7 @@ struct AfterListening: Service {
 
 struct Worker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a worker only: apply stored events to sessions, grants and accounts.")
+        abstract: "Run a worker only: apply stored events to sessions, grants and accounts.", discussion: EnvironmentHelp.worker)
 
     @Option(help: "Events claimed per transaction.")
     var batchSize: Int = 500

@@ -6,7 +6,7 @@ import RISCKeys
 import RISCServer
 import RISCStore
 
-/// Registering the webhook with Google's RISC management API (SPEC §6).
+/// Registering the webhook with Google's RISC management API.
 struct StreamCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stream",
@@ -34,23 +34,25 @@ struct StreamOptions: ParsableArguments {
 }
 
 struct StreamGet: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "get", abstract: "Print the stream's configuration (JSON).")
+    static let configuration = CommandConfiguration(commandName: "get", abstract: "Print the stream's configuration (JSON).", discussion: EnvironmentHelp.stream)
+    @Flag(help: "Print the management API's JSON object, instead of lines.") var json = false
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
         let (management, _) = try await options.client()
-        print(try await options.run { () async throws(RISCManagement.Failure) in try await management.stream() }.serialized)
+        let stream = try await options.run { () async throws(RISCManagement.Failure) in try await management.stream() }
+        print(json ? stream.serialized : Table.lines(stream))
     }
 }
 
 struct StreamUpdate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.")
+        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.", discussion: EnvironmentHelp.stream)
 
     @Option(help: "The receiver's public HTTPS URL, ending in /risc/events.")
     var url: String
 
-    @Option(parsing: .upToNextOption, help: "Event types (URIs or short names); default: every type of SPEC §3 and verification.")
+    @Option(parsing: .upToNextOption, help: "Event types (URIs or short names); default: every type this receiver acts on, and verification.")
     var events: [String] = []
 
     @OptionGroup var options: StreamOptions
@@ -81,7 +83,7 @@ struct StreamUpdate: AsyncParsableCommand {
 }
 
 struct StreamEnable: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "enable", abstract: "Let Google deliver events.")
+    static let configuration = CommandConfiguration(commandName: "enable", abstract: "Let Google deliver events.", discussion: EnvironmentHelp.stream)
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
@@ -93,7 +95,7 @@ struct StreamEnable: AsyncParsableCommand {
 
 struct StreamDisable: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).")
+        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).", discussion: EnvironmentHelp.stream)
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
@@ -104,20 +106,21 @@ struct StreamDisable: AsyncParsableCommand {
 }
 
 struct StreamStatus: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Print enabled or disabled.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Print enabled or disabled.", discussion: EnvironmentHelp.stream)
+    @Flag(help: "Print the management API's JSON object, instead of the status alone.") var json = false
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
         let (management, _) = try await options.client()
         let status = try await options.run { () async throws(RISCManagement.Failure) in try await management.status() }
-        print(status["status"]?.stringValue ?? status.serialized)
+        print(json ? status.serialized : status["status"]?.stringValue ?? status.serialized)
     }
 }
 
 struct StreamVerify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Ask Google to send a verification SET; with --wait, wait until it is stored (needs DATABASE_URL).")
+        abstract: "Ask Google to send a verification SET; with --wait, wait until it is stored (needs DATABASE_URL).", discussion: EnvironmentHelp.streamVerify)
 
     @Option(help: "The state the verification SET echoes (default: a fresh random one).")
     var state: String?

@@ -173,3 +173,18 @@ struct JSONLogHandler: LogHandler {
         }
     }
 }
+
+/// Each command's help names the variables it reads, with defaults, from their one description.
+enum EnvironmentHelp {
+    static let database = ConfigVariables.environmentHelp([ConfigVariables.databaseURL] + ConfigVariables.logging)
+    static let serve = ConfigVariables.environmentHelp(ConfigVariables.serve)
+    static let worker = ConfigVariables.environmentHelp(
+        [ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.shutdownTimeout] + ConfigVariables.logging)
+    static let migrate = ConfigVariables.environmentHelp(
+        [ConfigVariables.databaseURL, ConfigVariables.migrationsDirectory] + ConfigVariables.logging)
+    static let stream = ConfigVariables.environmentHelp([ConfigVariables.serviceAccountFile, ConfigVariables.managementURL])
+    static let streamVerify = ConfigVariables.environmentHelp(
+        [ConfigVariables.serviceAccountFile, ConfigVariables.managementURL, ConfigVariables.databaseURL] + ConfigVariables.logging)
+    static let vaultRotate = ConfigVariables.environmentHelp(
+        [ConfigVariables.databaseURL, ConfigVariables.vaultKey, ConfigVariables.vaultPreviousKeys] + ConfigVariables.logging)
+}

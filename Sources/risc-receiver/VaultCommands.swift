@@ -12,10 +12,10 @@ struct VaultRotate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rotate",
         abstract: "Re-encrypt every grant under RISC_VAULT_KEY (old keys in RISC_VAULT_PREVIOUS_KEYS), in batches.",
-        discussion: """
+        discussion: ("""
             Safe to run while the service runs, and to run again: grants already under the current key are skipped.
             Once it reports nothing left, the old keys can be removed from RISC_VAULT_PREVIOUS_KEYS.
-            """)
+            """) + "\n\n" + EnvironmentHelp.vaultRotate)
 
     @Option(help: "Grants re-encrypted per transaction.")
     var batchSize: Int = 100

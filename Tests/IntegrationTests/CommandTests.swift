@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
+import RISC
 import RISCStore
 import Testing
 
@@ -134,6 +135,34 @@ struct CommandTests {
                 #expect(output == expected)
                 #expect(ContinuousClock.now - started < .seconds(10), "a refused connection is not retried for 30 s")
             }
+        }
+    }
+
+    @Test("--version, shell completions, config check --json, and help that names each command's variables")
+    func whatUsersExpect() async throws {
+        let version = try await runRiscReceiver(["--version"], environment: [:])
+        #expect(version.status == 0 && version.output.range(of: #"^\d+\.\d+\.\d+\n$"#, options: .regularExpression) != nil, "\(version.output)")
+        for shell in ["bash", "zsh", "fish"] {
+            let completion = try await runRiscReceiver(["--generate-completion-script", shell], environment: [:])
+            #expect(completion.status == 0 && completion.output.contains("risc-receiver"), "\(shell)")
+        }
+        let check = try await runRiscReceiver(
+            ["config", "check", "--json"], environment: ["DATABASE_URL": "postgres://app:pw@127.0.0.1/risc", "RISC_CLIENT_IDS": "a"])
+        #expect(check.status == 0)
+        let object = try JSONValue.parse(Data(check.output.utf8))
+        #expect(object["RISC_CLIENT_IDS"] == "a" && object["RISC_PORT"] == "8080")
+        #expect(!check.output.contains(":pw@"))
+        for (command, variables) in [
+            (["serve"], ["DATABASE_URL", "RISC_CLIENT_IDS", "RISC_PORT", "RISC_DATABASE_TIMEOUT"]),
+            (["worker"], ["DATABASE_URL", "RISC_MAX_ATTEMPTS"]), (["migrate"], ["DATABASE_URL", "RISC_MIGRATIONS_DIR"]),
+            (["events", "list"], ["DATABASE_URL"]), (["stats"], ["DATABASE_URL"]), (["stream", "get"], ["GOOGLE_SERVICE_ACCOUNT_FILE"]),
+            (["stream", "verify"], ["GOOGLE_SERVICE_ACCOUNT_FILE", "DATABASE_URL"]), (["vault", "rotate"], ["RISC_VAULT_KEY"]),
+            (["config", "check"], ["RISC_CLIENT_IDS"]),
+        ] {
+            let help = try await runRiscReceiver(["help"] + command, environment: [:])
+            for variable in variables { #expect(help.output.contains(variable), "\(command) help names \(variable)") }
+            #expect(help.output.contains("(8080)") || command != ["serve"], "defaults shown")
+            #expect(!help.output.contains("SPEC"), "\(command)")
         }
     }
 

@@ -43,9 +43,12 @@ struct StreamTests {
 
             let update = try await stream(["update", "--url", harness.eventsURL])
             #expect(update.status == 0, "\(update.output)")
-            let get = try await stream(["get"])
+            let get = try await stream(["get", "--json"])
             #expect(get.status == 0)
             let config = try JSONValue.parse(Data(get.output.utf8))
+            let lines = try await stream(["get"])
+            #expect(lines.output.contains("delivery.url") && lines.output.contains(harness.eventsURL), "lines for people: \(lines.output)")
+            #expect(try JSONValue.parse(Data(try await stream(["status", "--json"]).output.utf8))["status"] == "enabled")
             #expect(config["delivery"]?["url"]?.stringValue == harness.eventsURL)
             #expect(Set(config["events_requested"]?.arrayValue?.compactMap(\.stringValue) ?? []) == Set(EventType.googleRISCTypes.map(\.rawValue)))
             #expect(try await stream(["status"]).output.contains("enabled"))
@@ -70,7 +73,7 @@ struct StreamTests {
 
             let narrow = try await stream(["update", "--url", harness.eventsURL, "--events", "sessions-revoked", "verification"])
             #expect(narrow.status == 0)
-            let narrowed = try JSONValue.parse(Data(try await stream(["get"]).output.utf8))
+            let narrowed = try JSONValue.parse(Data(try await stream(["get", "--json"]).output.utf8))
             #expect(narrowed["events_requested"]?.arrayValue?.count == 2)
         }
     }
