@@ -38,6 +38,13 @@ expect_refusal() {
   grep -q "$pattern" "$scratch/$name.log" || { cat "$scratch/$name.log" >&2; fail "$name: no line saying '$pattern'"; }
   echo "check-run-local: $name: exit $status after $elapsed_ms ms: $(grep "$pattern" "$scratch/$name.log")"
 }
+# .local/env holds what the other commands need, in another terminal.
+(
+  set -a; . "$RISC_LOCAL_DIR/env"; set +a
+  "$(swift build --show-bin-path)/risc-receiver" config check >/dev/null || fail "config check with .local/env"
+  "$(swift build --show-bin-path)/risc-receiver" stats >/dev/null || fail "stats with .local/env"
+)
+echo "check-run-local: config check and stats work with .local/env"
 expect_refusal second-run "already running locally"
 RISC_LOCAL_DIR=$scratch/other PG_PORT=$(pg_free_port) expect_refusal busy-port "port $RISC_PORT (RISC_PORT) is already in use"
 echo "check-run-local: ok"

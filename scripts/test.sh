@@ -45,6 +45,13 @@ echo "==> swift build --build-tests (a first build takes 5-10 minutes: NIO, Post
 swift build --build-tests
 echo "==> swift test"
 swift test --skip-build "$@"
+# swift test makes a new build plan; building again must compile nothing (package traits once reordered their
+# flags from one plan to the next and recompiled Configuration and Hummingbird each time).
+echo "==> a second build compiles nothing"
+if swift build --build-tests 2>&1 | grep -E "Compiling " | grep -v "Compiling plugin"; then
+  echo "scripts/test.sh: a build with nothing changed recompiled the modules above" >&2
+  exit 1
+fi
 
 # The whole suite (no arguments) also runs the fault-injection suite against the binary just built: kill -9,
 # an immediate PostgreSQL restart, a JWKS outage and SIGTERM while 10,000 SETs arrive (about 2 minutes).
