@@ -140,8 +140,9 @@ let package = Package(
     ]
 )
 
-// Our own code builds without a warning: one fails the build (scripts/test.sh builds everything). Dependencies'
-// warnings are not ours to fix and are unaffected.
+// Our own code builds without a warning: one fails a debug build (scripts/test.sh builds everything). Not release
+// builds: the image resolves dependencies afresh, and a newly deprecated API must not stop a deployment.
+// Dependencies' warnings are not ours to fix and are unaffected.
 for target in package.targets where target.type != .plugin {
-    target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(["-warnings-as-errors"])]
+    target.swiftSettings = (target.swiftSettings ?? []) + [.unsafeFlags(["-warnings-as-errors"], .when(configuration: .debug))]
 }

@@ -27,7 +27,7 @@ if [ "$(id -u)" -eq 0 ] && ! runuser -u postgres -- test -x "$state"; then
 fi
 # A second run while the first is still up: say so at once, not after a rebuild and a failing pg_ctl.
 if [ -f "$pg_dir/data/postmaster.pid" ] && kill -0 "$(head -1 "$pg_dir/data/postmaster.pid")" 2>/dev/null; then
-  echo "run-local.sh: risc-receiver is already running locally (its PostgreSQL, pid $(head -1 "$pg_dir/data/postmaster.pid"), serves $pg_dir); use that one, or stop it with Ctrl-C in its terminal" >&2
+  echo "run-local.sh: risc-receiver is already running locally (its PostgreSQL, pid $(head -1 "$pg_dir/data/postmaster.pid"), serves $pg_dir); use that one (Ctrl-C in its terminal stops it), or, if that run is gone, stop its database: runuser -u postgres -- pg_ctl -D $pg_dir/data stop (without runuser when not root)" >&2
   exit 1
 fi
 for named in "RISC_PORT=$RISC_PORT" "TRANSMITTER_PORT=$TRANSMITTER_PORT" "PG_PORT=$PG_PORT"; do

@@ -219,7 +219,9 @@ public enum ConfigVariables {
 
     /// The URL with its password replaced: what `config check` prints of `DATABASE_URL`.
     static func redactingPassword(_ url: String) -> String {
-        guard var components = URLComponents(string: url), components.password != nil else { return url }
+        // A URL that does not parse (a raw `#` in the password, say) could still hold one: print none of it.
+        guard var components = URLComponents(string: url) else { return "<redacted>" }
+        guard components.password != nil else { return url }
         components.password = "redacted"
         return components.string ?? "<redacted>"
     }

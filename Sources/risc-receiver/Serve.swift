@@ -1,6 +1,8 @@
 import ArgumentParser
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
 #endif
 import AsyncHTTPClient
 import Hummingbird
@@ -52,7 +54,7 @@ struct Serve: AsyncParsableCommand {
         do {
             try await Bootstrap.runUntilSignalled(
                 [.init(service: app)], shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
-        } catch let error as IOError {
+        } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
             // Taken between the check and the server's own bind.
             throw Bootstrap.fail(Self.cannotListen(errno: error.errnoCode, host: configuration.host, port: configuration.port))
         }
@@ -68,17 +70,21 @@ struct Serve: AsyncParsableCommand {
     /// server from listening there, or nil.
     static func bindError(host: String, port: Int) -> Int32? {
         var hints = addrinfo()
+        #if canImport(Glibc)
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        #else
+        hints.ai_socktype = SOCK_STREAM
+        #endif
         hints.ai_flags = AI_PASSIVE
         var found: UnsafeMutablePointer<addrinfo>?
         guard getaddrinfo(host, String(port), &hints, &found) == 0, let address = found else { return EADDRNOTAVAIL }
         defer { freeaddrinfo(found) }
-        let socket = Glibc.socket(address.pointee.ai_family, address.pointee.ai_socktype, address.pointee.ai_protocol)
-        guard socket >= 0 else { return errno }
-        defer { close(socket) }
+        let descriptor = socket(address.pointee.ai_family, address.pointee.ai_socktype, address.pointee.ai_protocol)
+        guard descriptor >= 0 else { return errno }
+        defer { close(descriptor) }
         var one: Int32 = 1
-        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        return bind(socket, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 ? nil : errno
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        return bind(descriptor, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 ? nil : errno
     }
 }
 

@@ -182,6 +182,9 @@ struct ConfigurationTests {
             #expect(!lines.joined().contains(secret))
         }
         #expect(try Self.configuration([:]).redactedSummary.first { $0.0 == "RISC_ADMIN_TOKEN" }?.1 == "<unset>")
+        // A URL that does not parse (a raw `#` and `%` in the password) still shows no password.
+        let unparsed = try Self.configuration(["DATABASE_URL": "postgres://app:hun#ter%2@127.0.0.1/risc"])
+        #expect(unparsed.redactedSummary.first { $0.0 == "DATABASE_URL" }?.1 == "<redacted>")
         let documented = Set(ConfigVariables.all.map(\.name))
         #expect(configuration.redactedSummary.allSatisfy { documented.contains($0.0) })
     }
