@@ -1,7 +1,8 @@
 """Time-to-revoke: for each user, POST a pre-signed sessions-revoked SET, then poll GET /v1/session with
 that user's session until it answers 401; the time from the 202 to the first 401 is one sample.
 Also measures one plain session check per user beforehand (the baseline round trip).
-Usage: time_to_revoke.py RECEIVER_URL TOKENS_FILE
+Usage: time_to_revoke.py RECEIVER_URL TOKENS_FILE [INTERVAL_SECONDS]
+With an interval, the SETs are sent on a fixed schedule, one every INTERVAL_SECONDS (a burst beside other load).
 A SET for user load-user-K revokes the session with token bench-session-(K+1)."""
 import base64
 import http.client
@@ -12,6 +13,7 @@ from urllib.parse import urlparse
 
 url = urlparse(sys.argv[1])
 tokens = [line.strip() for line in open(sys.argv[2]) if line.strip()]
+interval = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 sets = http.client.HTTPConnection(url.hostname, url.port)
 checks = http.client.HTTPConnection(url.hostname, url.port)
 
@@ -31,7 +33,10 @@ def subject(token):
     return event["subject"]["sub"]
 
 
+started = time.perf_counter()
 for i, token in enumerate(tokens):
+    if interval:
+        time.sleep(max(0.0, started + i * interval - time.perf_counter()))
     session = f"bench-session-{int(subject(token).removeprefix('load-user-')) + 1}"
     start = time.perf_counter()
     assert check(session) == 200, f"session {session} is not valid before its event"

@@ -12,7 +12,6 @@ threads=2
 
 . scripts/bench-lib.sh
 now() { python3 -c 'import time; print(time.perf_counter())'; }
-ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 start_serve
 
 # Users load-user-0..N-1, each with one session whose token is bench-session-(K+1); only hashes are stored.

@@ -1,58 +1,121 @@
 #!/usr/bin/env bash
-# Ingest benchmark: drives POST /risc/events on loopback with pre-signed SETs (each jti used once), then
-# measures PostgreSQL's raw single-row insert ceiling with pgbench in the same run, and reports the ratio.
-#   scripts/bench-ingest.sh [CONNECTIONS] [SECONDS] [RATE_FOR_LATENCY_RUN]
+# Ingest benchmark as users run it. Each configuration gets a fresh database and unique pre-signed
+# sessions-revoked SETs (each jti used once), driven by wrk at POST /risc/events on loopback:
+#   1. PostgreSQL's single-row insert ceiling (pgbench, CONNECTIONS clients): the baseline for every ratio;
+#   2. the default `serve` (worker in-process, default log level):
+#      - saturation: wrk as fast as it can; CPU per SET of the server and of PostgreSQL (from the first SET
+#        until the worker has acted on the last), peak RSS, the largest backlog, and stored rows against 202s;
+#      - latency: offered half the saturation rate (open loop);
+#      - time to revoke under a burst: wrk at full speed again while BURST_USERS signed-in users get a
+#        sessions-revoked SET each, spread over the run; from each 202 to the user's first 401;
+#   3. the split deployment: `serve --no-worker` plus one `worker` process, saturation only.
+#   scripts/bench-ingest.sh [CONNECTIONS=64] [SECONDS=10] [BURST_USERS=200]
+# RISC_BENCH_PERF=FILE records a system-wide CPU profile of the default saturation run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 connections=${1:-64}
 seconds=${2:-10}
-latency_rate=${3:-5000}
+burst_users=${3:-200}
 threads=2
-# Enough unique SETs for a throughput run at up to 16,000/s and a paced run (the run reports any reuse).
-max_tokens=${RISC_BENCH_TOKENS_MAX:-$(( (16000 + latency_rate * 3 / 2) * seconds ))}
+# Enough unique SETs for a run at up to this rate; a run that needs more reports token reuse.
+max_rate=${RISC_BENCH_MAX_RATE:-16000}
 
 . scripts/bench-lib.sh
-# The receiver alone: the worker, which would act on the 100,000 queued events meanwhile, has its own
-# benchmark (scripts/bench-accounts.sh).
-start_serve --no-worker
-
-echo "Signing $max_tokens SETs..." >&2
-curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: application/json' \
-  -d "{\"type\":\"sessions-revoked\",\"count\":$max_tokens}" >"$work/all-tokens"
-latency_count=$((latency_rate * seconds * 3 / 2))
-head -n "$latency_count" "$work/all-tokens" >"$work/latency-tokens"
-tail -n +"$((latency_count + 1))" "$work/all-tokens" >"$work/throughput-tokens"
-# Warm up keys and connections with a few SETs that are not counted.
-curl -fs -X POST "http://127.0.0.1:$tx_port/dev/send" -H 'Content-Type: application/json' \
-  -d "{\"type\":\"sessions-revoked\",\"sub\":\"warmup\",\"target\":\"http://127.0.0.1:$rx_port/risc/events\"}" >/dev/null
-
-run_wrk() { # tokens-file rate
-  RISC_BENCH_TOKENS=$1 RISC_BENCH_RATE=$2 RISC_BENCH_THREADS=$threads RISC_BENCH_CONNECTIONS=$connections \
-    wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s -s benchmarks/post-sets.lua \
-    "http://127.0.0.1:$rx_port" | grep '^RESULT'
+# Samples the backlog every 0.5 s into FILE until stopped (each sample is a psql backend of its own).
+sample_backlog() { while true; do waiting >>"$1" 2>/dev/null || true; sleep 0.5; done; }
+# saturate LABEL TOKENS PIDS...: one saturation run; sets result, stored_rows, server_cpu_us, pg_cpu_us,
+# max_backlog, drain_s, accepted_202s.
+saturate() {
+  local label=$1 tokens=$2; shift 2
+  local rows0 accepted0 server0 pg0 sampler start
+  rows0=$(stored); accepted0=$(accepted_by_server); server0=$(cpu "$@"); pg0=$(cpu "+$postmaster")
+  : >"$work/backlog-$label"
+  sample_backlog "$work/backlog-$label" & sampler=$!
+  if [ -n "${RISC_BENCH_PERF:-}" ] && [ "$label" = default ]; then
+    perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null &
+  fi
+  result=$(run_wrk "$tokens" 0)
+  start=$(date +%s.%N)
+  while [ "$(waiting)" != 0 ]; do sleep 0.05; done
+  drain_s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+  kill "$sampler"; wait "$sampler" 2>/dev/null || true
+  stored_rows=$(( $(stored) - rows0 ))
+  server_cpu_us=$(python3 -c "print(round(($(cpu "$@") - $server0) * 1e6 / $stored_rows))")
+  pg_cpu_us=$(python3 -c "print(round(($(cpu "+$postmaster") - $pg0) * 1e6 / $stored_rows))")
+  max_backlog=$(sort -n "$work/backlog-$label" | tail -n 1)
+  accepted_202s=$(( $(accepted_by_server) - accepted0 ))
 }
 
-before=$(psql -c 'SELECT count(*) FROM risc_events')
-# RISC_BENCH_PERF=FILE records a system-wide CPU profile during the throughput run.
-[ -n "${RISC_BENCH_PERF:-}" ] && { perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null & }
-throughput=$(run_wrk "$work/throughput-tokens" 0)
-after=$(psql -c 'SELECT count(*) FROM risc_events')
-# Each run starts from a vacuumed, checkpointed table, so one run's after-effects are not billed to the next.
-settle() { psql -c 'VACUUM ANALYZE risc_events' -c 'CHECKPOINT' >/dev/null; }
-settle
-latency=$(run_wrk "$work/latency-tokens" "$latency_rate")
-
+# 1. The ceiling.
+fresh_database risc_ceiling
 psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'
 pgbench_tps=$("$(pg_bin)/pgbench" -h 127.0.0.1 -p "$pg_port" -U postgres -n -c "$connections" -j "$threads" \
-  -T "$seconds" -f benchmarks/pgbench-insert.sql risc_bench 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+  -T "$seconds" -f benchmarks/pgbench-insert.sql risc_ceiling 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
 
-sets_per_s=$(field rate "$throughput")
+# 2. The default `serve`.
+fresh_database risc_default
+start_serve
+echo "Signing $((max_rate * seconds)) SETs..." >&2
+sign $((max_rate * seconds)) 0 "$work/saturation-tokens"
+warm_up
+saturate default "$work/saturation-tokens" "$serve_pid"
+default_result=$result default_rows=$stored_rows default_server_us=$server_cpu_us default_pg_us=$pg_cpu_us
+default_backlog=$max_backlog default_drain=$drain_s default_202s=$accepted_202s
+default_rss_mib=$(awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$serve_pid/status")
+sat_rate=$(field rate "$default_result")
+
+half_rate=$(python3 -c "print(int($sat_rate / 2))")
+sign $((half_rate * seconds * 3 / 2)) 1000000 "$work/latency-tokens"
+psql -c 'VACUUM ANALYZE risc_events' -c 'CHECKPOINT' >/dev/null
+latency=$(run_wrk "$work/latency-tokens" "$half_rate")
+
+# Time to revoke under a burst: users load-user-20000000.. with one session each (token bench-session-(K+1)).
+first=20000000
+psql -c "INSERT INTO risc_users (sub) SELECT 'load-user-' || k FROM generate_series($first, $first + $burst_users - 1) AS k" \
+     -c "INSERT INTO risc_sessions (token_hash, sub, expires_at)
+         SELECT sha256(('bench-session-' || (k + 1))::bytea), 'load-user-' || k, now() + interval '1 day'
+         FROM generate_series($first, $first + $burst_users - 1) AS k" -c 'VACUUM ANALYZE' -c 'CHECKPOINT' >/dev/null
+sign "$burst_users" "$first" "$work/revoke-tokens"
+# The saturation rate, with room to spare (a run that runs out reports token reuse).
+sign "$(python3 -c "print(min($max_rate, int($sat_rate * 1.5)) * ($seconds + 2))")" 2000000 "$work/burst-tokens"
+run_wrk "$work/burst-tokens" 0 $((seconds + 2)) >"$work/burst-wrk" &
+wrk_pid=$!
+sleep 1
+revoke=$(python3 benchmarks/time_to_revoke.py "http://127.0.0.1:$rx_port" "$work/revoke-tokens" \
+  "$(python3 -c "print($seconds / $burst_users)")" | grep '^RESULT')
+wait "$wrk_pid"
+burst=$(cat "$work/burst-wrk")
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+
+# 3. The split deployment.
+fresh_database risc_split
+start_serve --no-worker
+"$bin" worker 2>>"$work/worker.log" &
+worker_pid=$!
+pids+=($worker_pid)
+sign $((max_rate * seconds)) 0 "$work/split-tokens"
+warm_up
+receiver0=$(cpu "$serve_pid")
+saturate split "$work/split-tokens" "$serve_pid" "$worker_pid"
+split_receiver_us=$(python3 -c "print(round(($(cpu "$serve_pid") - $receiver0) * 1e6 / $stored_rows))")
+
+[ "$default_rows" = "$default_202s" ] && [ "$stored_rows" = "$accepted_202s" ] || rows_mismatch=1
 cat <<TXT
-Ingest benchmark ($(nproc) cores, $connections connections, ${seconds}s per run, fsync on)
-  throughput run:  $(field rate "$throughput") SETs/s verified and committed; p50 $(field p50_ms "$throughput") ms, p99 $(field p99_ms "$throughput") ms;
-                   non-202: $(field not_202 "$throughput"), socket errors: $(field socket_errors "$throughput"), token reuse: $(field token_reuse "$throughput"); rows stored: $((after - before)) for $(field requests "$throughput") requests
-  latency run:     offered ${latency_rate}/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
-  pgbench ceiling: $pgbench_tps single-row insert transactions/s ($connections clients)
-  ratio:           $(python3 -c "print(f'{$sets_per_s / $pgbench_tps:.2f}')") x the raw single-row insert ceiling
+Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections, ${seconds}s per run; fsync on)
+  ceiling:          pgbench $pgbench_tps single-row insert transactions/s ($connections clients)
+  default serve (worker in-process, LOG_LEVEL unset = info):
+    saturation:     $sat_rate SETs/s, ratio $(ratio "$sat_rate" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$default_result") ms, p99 $(field p99_ms "$default_result") ms; non-202: $(field not_202 "$default_result"), socket errors: $(field socket_errors "$default_result"), token reuse: $(field token_reuse "$default_result")
+                    rows stored $default_rows, server-counted 202s $default_202s ($(check_rows "$default_rows" "$default_202s")); wrk saw $(field requests "$default_result") answers
+                    CPU per SET: server $default_server_us us (receiver and worker), PostgreSQL $default_pg_us us (ingest and actions)
+                    largest backlog ${default_backlog:-0} events; drained ${default_drain} s after the run; peak RSS ${default_rss_mib} MiB
+    half rate:      offered $half_rate/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
+    burst revoke:   202 -> first 401 over $(field users "$revoke") users at $(python3 -c "print(round($burst_users / $seconds))")/s, beside wrk at $(field rate "$burst") SETs/s (non-202: $(field not_202 "$burst")):
+                    p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms
+  split (serve --no-worker + worker):
+    saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
+                    rows stored $stored_rows, server-counted 202s $accepted_202s ($(check_rows "$stored_rows" "$accepted_202s"))
+                    CPU per SET: receiver $split_receiver_us us, receiver and worker $server_cpu_us us, PostgreSQL $pg_cpu_us us
+                    largest backlog ${max_backlog:-0} events; drained ${drain_s} s after the run
 TXT
+[ "$rows_mismatch" = 0 ]

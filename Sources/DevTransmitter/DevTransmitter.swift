@@ -87,6 +87,8 @@ public final class DevTransmitter: Sendable {
     struct SignBatchRequest: Decodable {
         var type: String
         var count: Int
+        /// The first user's number: SETs name load-user-`first` … load-user-`first + count - 1`.
+        var first: Int?
     }
 
     /// Signs `count` SETs of one type for distinct users, in parallel.
@@ -97,7 +99,7 @@ public final class DevTransmitter: Sendable {
                 group.addTask {
                     var tokens: [String] = []
                     for index in stride(from: worker, to: batch.count, by: workers) {
-                        tokens.append(try await self.makeSET(SETRequest(type: batch.type, sub: "load-user-\(index)")))
+                        tokens.append(try await self.makeSET(SETRequest(type: batch.type, sub: "load-user-\((batch.first ?? 0) + index)")))
                     }
                     return tokens
                 }
