@@ -2,7 +2,9 @@
 /// the plpgsql functions, the admin API and its OpenAPI document say; a test holds them all to this list.
 ///
 /// ```
-///             worker applies the actions
+///   inbox applies the actions on receipt (serve with its worker)
+/// ─────────────────────────────────────────────────────┐
+///             worker applies the actions               ▼
 /// pending ───────────────────────────────► done
 ///   │  ▲ ▲                                   │
 ///   │  │ └─────── operator replays ──────────┤
@@ -20,10 +22,12 @@ public enum EventStatus: String, Sendable, CaseIterable {
     /// by the worker. Next: claimed again once `run_after` has passed, then `done`, `retry` or `dead`.
     case retry
     /// Its actions were applied and recorded, in the same transaction as this status. Moved here by the
-    /// worker. Final, unless an operator replays it (every action is idempotent).
+    /// worker, or stored so by the inbox, which applied the actions in the transaction that stored the event
+    /// (`serve` with its worker). Final, unless an operator replays it (every action is idempotent), or
+    /// deleted with its actions after RISC_EVENT_RETENTION_DAYS.
     case done
     /// Stored for the record but nothing to do: no event type this receiver knows. Moved here by the inbox
-    /// at ingest. Final: never claimed, never replayed.
+    /// at ingest. Final: never claimed, never replayed; deleted after RISC_EVENT_RETENTION_DAYS.
     case ignored
     /// Failed its last attempt (RISC_MAX_ATTEMPTS) and was dead-lettered, kept with `last_error`. Moved here
     /// by the worker. Final, unless an operator replays it.
@@ -32,6 +36,9 @@ public enum EventStatus: String, Sendable, CaseIterable {
     /// The statuses of events waiting for a worker: `pending` and `retry`. The admin API's `queue_depth` and
     /// `oldest_pending_age_seconds` count these.
     public static let waiting: [EventStatus] = [.pending, .retry]
+
+    /// The statuses retention deletes once old: nothing is left to do for them.
+    public static let finished: [EventStatus] = [.done, .ignored]
 
     /// The statuses an operator's replay may move back to `pending`.
     public static let replayable: [EventStatus] = [.pending, .retry, .done, .dead]

@@ -13,12 +13,13 @@ public enum EventType: String, Sendable, CaseIterable, Codable {
     case ssfVerification = "https://schemas.openid.net/secevent/ssf/event-type/verification"
 
     /// The short name operators type (`sessions-revoked`); unique across the known types.
-    public var shortName: String {
-        switch self {
-        case .ssfVerification: "ssf-verification"
-        default: String(rawValue.split(separator: "/").last!)
-        }
-    }
+    /// Looked up, not split out of the URI: every SET received is counted under its short name.
+    public var shortName: String { Self.shortNames[self]! }
+
+    private static let shortNames = Dictionary(
+        uniqueKeysWithValues: allCases.map { type in
+            (type, type == .ssfVerification ? "ssf-verification" : String(type.rawValue.split(separator: "/").last!))
+        })
 
     /// Accepts a full URI or a short name.
     public init?(uriOrShortName value: String) {

@@ -47,6 +47,12 @@ extension JSONValue {
 
     private static func writeString(_ value: String, to output: inout String) {
         output += "\""
+        // Most strings (URIs, subs, ids) need no escape: one append instead of one per scalar.
+        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            output += value
+            output += "\""
+            return
+        }
         for scalar in value.unicodeScalars {
             switch scalar {
             case "\"": output += "\\\""

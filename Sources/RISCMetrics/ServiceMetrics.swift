@@ -22,6 +22,12 @@ public enum ServiceMetrics {
         Counter(label: "risc_worker_events_total", dimensions: [("outcome", outcome)]).increment(by: count)
     }
 
+    /// Events deleted with their actions after RISC_EVENT_RETENTION_DAYS.
+    public static func eventsDeleted(_ count: Int) {
+        guard count > 0 else { return }
+        Counter(label: "risc_events_deleted_total").increment(by: count)
+    }
+
     public static func batchDuration(_ duration: Duration) {
         Timer(label: "risc_worker_batch_duration_seconds", preferredDisplayUnit: .seconds).recordNanoseconds(duration.nanoseconds)
     }

@@ -36,6 +36,9 @@ public struct ServiceDependencies: Sendable {
         var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
         postgresConfiguration.options.maximumConnections = max(20, inboxSettings.flushers * 2)
         postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: logger)
+        let sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
+        self.sessionCache = sessionCache
+        if let sessionCache { inboxSettings.onApplied = { subs in sessionCache.invalidate(subs: subs) } }
         inbox = EventInbox(client: postgres, settings: inboxSettings, logger: logger)
         var keySettings = IssuerKeys.Settings(
             discoveryURL: configuration.riscConfigurationURL, allowedAlgorithms: configuration.allowedAlgorithms)
@@ -48,7 +51,6 @@ public struct ServiceDependencies: Sendable {
         providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
         identityProvider = IssuerKeys(settings: providerSettings, logger: logger)
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
-        sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
         sessions = SessionStore(
             client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds),
             databaseTimeout: databaseTimeout, logger: logger)
@@ -61,6 +63,7 @@ public struct ServiceDependencies: Sendable {
         oauth = OAuthClient(httpClient: httpClient, provider: identityProvider, secrets: configuration.clientSecrets)
         var workerSettings = EventWorker.Settings()
         workerSettings.retryPolicy = RetryPolicy(maxAttempts: configuration.maxAttempts)
+        workerSettings.retention.days = configuration.eventRetentionDays
         self.workerSettings = workerSettings
     }
 

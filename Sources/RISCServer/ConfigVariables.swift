@@ -4,6 +4,7 @@ import Logging
 import RISC
 import RISCKeys
 import RISCStore
+import RISCWorker
 
 /// Every configuration variable (SPEC §7), each described once. `ServiceConfiguration` reads the ones `serve` uses,
 /// the other commands read theirs directly (`ConfigVariables.databaseURL.value(from: reader)`), and the README's
@@ -92,6 +93,12 @@ public enum ConfigVariables {
         "RISC_MAX_ATTEMPTS", default: .value(10), help: "attempts before an event is dead-lettered",
         rule: "must be a number from 1 to 1000"
     ) { (1...1000).contains($0) }
+
+    public static let eventRetentionDays = ConfigVariable<Int>(
+        "RISC_EVENT_RETENTION_DAYS", default: .value(400),
+        help: "done and ignored events older than this many days are deleted with their actions; 0 keeps everything",
+        rule: "must be 0 or a number of days from \(EventRetention.Settings.minimumDays) (a redelivery must still find its SET)"
+    ) { $0 == 0 || $0 >= EventRetention.Settings.minimumDays }
 
     public static let sessionLifetime = ConfigVariable<Int>(
         "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (an addition)",

@@ -28,6 +28,7 @@ public struct ServiceConfiguration: Sendable {
     public var vaultPreviousKeys = ConfigVariables.vaultPreviousKeys.defaultValue
     public var clientSecrets = ConfigVariables.clientSecretFiles.defaultValue
     public var maxAttempts = ConfigVariables.maxAttempts.defaultValue
+    public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
     public var sessionLifetimeSeconds = ConfigVariables.sessionLifetime.defaultValue
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
     public var sessionCache = ConfigVariables.sessionCache.defaultValue
@@ -97,6 +98,7 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.vaultPreviousKeys, \.vaultPreviousKeys),
         Setting(ConfigVariables.clientSecretFiles, \.clientSecrets),
         Setting(ConfigVariables.maxAttempts, \.maxAttempts),
+        Setting(ConfigVariables.eventRetentionDays, \.eventRetentionDays),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),
         Setting(ConfigVariables.sessionCache, \.sessionCache),

@@ -19,6 +19,9 @@ public struct InboundEvent: Sendable {
     public var issuedAt: Date
     /// `pending`, or `ignored` when no event is of a known type (stored, never worked on).
     public var status: EventStatus
+    /// What the SET does (SPEC §3), each action with its event's position in the SET; applied on receipt
+    /// when the inbox is set to (`EventInbox.Settings.applyOnReceipt`), else by a worker from the stored row.
+    public var actions: [(position: Int, action: AccountAction)]
 
     public init(token: SecurityEventToken) {
         issuer = token.issuer
@@ -29,12 +32,17 @@ public struct InboundEvent: Sendable {
         claimsJSON = String(decoding: token.payloadJSON, as: UTF8.self)
         issuedAt = token.issuedAt
         status = EventStatus.initial(knownType: !token.isIgnored)
+        actions = status == .pending ? AccountAction.actions(for: token.events, audience: token.audience) : []
     }
 }
 
 /// The durable inbox for SETs, with group commit: concurrent `store` calls are gathered into one
 /// multi-row INSERT, so one fsync covers many SETs. Each caller resumes only after the transaction
 /// holding its row has committed.
+///
+/// With `applyOnReceipt`, that transaction also applies the new events' actions and stores them as done:
+/// a revocation is then committed before the 202, however many events arrive at once, and each event is
+/// written once. If applying fails, the batch is stored pending instead and a worker retries it.
 public final class EventInbox: Service, Sendable {
     public enum Outcome: Sendable, Equatable {
         case stored
@@ -55,6 +63,12 @@ public final class EventInbox: Service, Sendable {
         public var maxBatch = 1_000
         /// How long a batch may wait for the database before its callers get `unavailable`.
         public var commitTimeout: Duration = .seconds(5)
+        /// Apply each new event's actions in the transaction that stores it (`serve` with its worker).
+        /// Off, events are stored pending and a worker applies them (`serve --no-worker`).
+        public var applyOnReceipt = false
+        /// Called with the users a committed batch's actions named, before any of its callers resume: the
+        /// process's session cache drops them, so a check after the 202 never answers from a stale entry.
+        public var onApplied: (@Sendable ([String]) -> Void)?
         public init() {}
     }
 
@@ -152,6 +166,9 @@ public final class EventInbox: Service, Sendable {
             let stored = try await withTimeout(settings.commitTimeout) {
                 try await self.insert(batch.map(\.event))
             }
+            if settings.applyOnReceipt, let onApplied = settings.onApplied {
+                onApplied(batch.flatMap { $0.event.actions.compactMap(\.action.sub) })
+            }
             for pending in batch {
                 let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)
                 pending.continuation.resume(returning: stored.contains(key) ? .stored : .duplicate)
@@ -183,7 +200,7 @@ public final class EventInbox: Service, Sendable {
     /// answers, so a returned CALL means the batch is durable.
     private func insert(_ events: [InboundEvent]) async throws -> Set<EventKey> {
         var stored = Set<EventKey>()
-        for try await positions in try await client.execute(StoreEvents(events), logger: logger) {
+        for try await positions in try await client.execute(StoreEvents(events, apply: settings.applyOnReceipt), logger: logger) {
             for position in positions ?? [] where position >= 1 && position <= events.count {
                 let event = events[Int(position) - 1]
                 stored.insert(EventKey(issuer: event.issuer, jti: event.jti))
@@ -194,16 +211,22 @@ public final class EventInbox: Service, Sendable {
 }
 
 /// The batch CALL, prepared once per connection: it runs hundreds of times a second under load.
-/// Columns travel as parallel arrays and are zipped back into rows by `unnest` inside the procedure.
+/// Columns travel as parallel arrays and are zipped back into rows by `unnest` inside the procedure:
+/// one element per SET, then one per action (with the 1-based place of its SET in the batch).
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
-        CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[], NULL)
+        CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+                               $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool, NULL)
         """
     typealias Row = [Int64]?
 
     let events: [InboundEvent]
+    let apply: Bool
 
-    init(_ events: [InboundEvent]) { self.events = events }
+    init(_ events: [InboundEvent], apply: Bool) {
+        self.events = events
+        self.apply = apply
+    }
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 8)
@@ -215,6 +238,28 @@ private struct StoreEvents: PostgresPreparedStatement {
         bindings.append(events.map(\.claimsJSON))
         bindings.append(events.map { $0.issuedAt.timeIntervalSince1970 })
         try bindings.append(events.map(\.status))
+        // Without apply the procedure ignores the actions: none are sent.
+        var rows: [Int32] = [], positions: [Int32] = [], kinds: [ActionKind] = [], subs: [String] = []
+        var arguments: [String] = [], clientIDs: [String] = []
+        if apply {
+            for (row, event) in events.enumerated() {
+                for (position, action) in event.actions {
+                    rows.append(Int32(row + 1))
+                    positions.append(Int32(position))
+                    kinds.append(action.kind)
+                    subs.append(action.sub ?? "")
+                    arguments.append(action.argument ?? "")
+                    clientIDs.append(JSONValue.array(action.clientIDs.map(JSONValue.string)).serialized)
+                }
+            }
+        }
+        bindings.append(rows)
+        bindings.append(positions)
+        try bindings.append(kinds)
+        bindings.append(subs)
+        bindings.append(arguments)
+        bindings.append(clientIDs)
+        bindings.append(apply)
         return bindings
     }
 

@@ -75,9 +75,18 @@ public final class SessionCache: Service, Sendable {
     }
 
     func invalidate(sub: String) {
+        invalidate(subs: CollectionOfOne(sub))
+    }
+
+    /// Drops these users' entries at once: this process changed them (the inbox applied events on receipt),
+    /// so its next check must not wait for the NOTIFY. The trigger tells the other processes.
+    public func invalidate(subs: some Collection<String>) {
+        guard !subs.isEmpty else { return }
         state.withLock { state in
             state.epoch &+= 1
-            for hash in state.hashesBySub.removeValue(forKey: sub) ?? [] { state.entries[hash] = nil }
+            for sub in subs {
+                for hash in state.hashesBySub.removeValue(forKey: sub) ?? [] { state.entries[hash] = nil }
+            }
         }
     }
 

@@ -21,6 +21,8 @@ public final class EventWorker: Service, Sendable {
         /// cancellation, and would otherwise silence the loop and hold up shutdown.
         public var batchTimeout: Duration = .seconds(30)
         public var retryPolicy = RetryPolicy()
+        /// Deleting old events (RISC_EVENT_RETENTION_DAYS) runs beside the loops.
+        public var retention = EventRetention.Settings()
         public init() {}
     }
 
@@ -53,6 +55,7 @@ public final class EventWorker: Service, Sendable {
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask { await self.poll() }
+                group.addTask { await EventRetention(client: self.client, settings: self.settings.retention, logger: self.logger).run() }
                 await withTaskGroup(of: Void.self) { loops in
                     for stream in streams { loops.addTask { await self.workLoop(stream.stream) } }
                 }

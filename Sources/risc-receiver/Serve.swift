@@ -37,7 +37,11 @@ struct Serve: AsyncParsableCommand {
             throw Bootstrap.fail(Self.cannotListen(errno: errno, host: configuration.host, port: configuration.port))
         }
         let logger = Bootstrap.logger("risc-receiver", level: configuration.logLevel, format: configuration.logFormat)
-        let dependencies = try ServiceDependencies(configuration: configuration, httpClient: .shared, logger: logger)
+        // With its worker, this process also applies each new event as it stores it; with --no-worker, workers do.
+        var inboxSettings = EventInbox.Settings()
+        inboxSettings.applyOnReceipt = !noWorker
+        let dependencies = try ServiceDependencies(
+            configuration: configuration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings)
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
         let worker: [any Service] =
@@ -132,17 +136,18 @@ struct Worker: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let (databaseURL, maxAttempts, shutdownTimeout) = try await Bootstrap.configuration(file: config.file) {
+        let (databaseURL, maxAttempts, retentionDays, shutdownTimeout) = try await Bootstrap.configuration(file: config.file) {
             reader throws(ServiceConfiguration.Invalid) in
             (
                 try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.maxAttempts.value(from: reader),
-                try ConfigVariables.shutdownTimeout.value(from: reader)
+                try ConfigVariables.eventRetentionDays.value(from: reader), try ConfigVariables.shutdownTimeout.value(from: reader)
             )
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
         let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
         var settings = EventWorker.Settings()
         settings.retryPolicy = RetryPolicy(maxAttempts: maxAttempts)
+        settings.retention.days = retentionDays
         settings.batchSize = batchSize
         settings.concurrency = concurrency
         let worker = EventWorker(client: postgres, settings: settings, logger: logger)

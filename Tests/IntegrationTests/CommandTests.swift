@@ -98,7 +98,8 @@ struct CommandTests {
                 #expect(lines.count == 1, "\(name) \(command): one line, no library logs: \(output)")
                 #expect(output.contains("cannot connect to the database at") && output.contains(reason), "\(name) \(command): \(output)")
                 #expect(!output.contains("hunter2"), "\(name): the password")
-                #expect(ContinuousClock.now - started < .seconds(15), "\(name) \(command)")
+                // A bound on a hang, not a timing target: the first child process of a busy test run can take seconds to start.
+                #expect(ContinuousClock.now - started < .seconds(25), "\(name) \(command)")
             }
         }
     }

@@ -6,20 +6,28 @@ import RISCWorker
 import Testing
 
 /// One end-to-end test per row of SPEC §3: real sessions and grants, a SET through the transmitter's delivery
-/// path, the worker, and the visible result.
+/// path, the worker, and the visible result. Each runs both ways an event is applied: on receipt, in the
+/// transaction that stores it (`serve`), and by a worker from the stored row (`serve --no-worker` + `worker`).
 @Suite("What each event does, end to end")
 struct EventActionTests {
-    static var options: Harness.Options {
+    enum Applied: String, CaseIterable, CustomTestStringConvertible {
+        case onReceipt = "on receipt"
+        case byWorker = "by the worker"
+        var testDescription: String { rawValue }
+    }
+
+    static func options(_ applied: Applied) -> Harness.Options {
         var options = Harness.Options()
         options.worker = true
+        options.applyOnReceipt = applied == .onReceipt
         return options
     }
 
     func user() -> String { "user-\(UUID().uuidString.prefix(8))" }
 
-    @Test("sessions-revoked ends every earlier session; a later sign-in works")
-    func sessionsRevoked() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("sessions-revoked ends every earlier session; a later sign-in works", arguments: Applied.allCases)
+    func sessionsRevoked(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             let first = try await harness.newSession(sub: sub)
             let second = try await harness.newSession(sub: sub)
@@ -36,9 +44,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("tokens-revoked ends the sessions and deletes every grant of the user")
-    func tokensRevoked() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("tokens-revoked ends the sessions and deletes every grant of the user", arguments: Applied.allCases)
+    func tokensRevoked(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             let session = try await harness.newSession(sub: sub)
             let stored = try await harness.storeGrant(sub: sub, refreshToken: "1//stored-\(UUID().uuidString)")
@@ -57,9 +65,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("token-revoked finds the one grant by prefix, or by its hash in every base64 spelling")
-    func tokenRevoked() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("token-revoked finds the one grant by prefix, or by its hash in every base64 spelling", arguments: Applied.allCases)
+    func tokenRevoked(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             // By prefix, through the transmitter's own SET.
             let (byPrefix, prefixToken) = try await harness.exchangeGrant(sub: sub)
@@ -100,9 +108,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("account-disabled refuses new sign-ins; hijacking also ends sessions; bulk-account flags for review")
-    func accountDisabled() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("account-disabled refuses new sign-ins; hijacking also ends sessions; bulk-account flags for review", arguments: Applied.allCases)
+    func accountDisabled(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             // No reason: sign-in refused, existing session kept but flagged.
             let plain = user()
             let kept = try await harness.newSession(sub: plain)
@@ -135,9 +143,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("account-enabled lets the user sign in again")
-    func accountEnabled() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("account-enabled lets the user sign in again", arguments: Applied.allCases)
+    func accountEnabled(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             let now = Date().timeIntervalSince1970.rounded(.down)
             try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now - 10 }
@@ -150,9 +158,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("account-credential-change-required and CAEP credential-change set the flag")
-    func credentialChange() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("account-credential-change-required and CAEP credential-change set the flag", arguments: Applied.allCases)
+    func credentialChange(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             for type in ["account-credential-change-required", "credential-change"] {
                 let sub = user()
                 let session = try await harness.newSession(sub: sub)
@@ -165,9 +173,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("CAEP session-revoked ends sessions like sessions-revoked")
-    func caepSessionRevoked() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("CAEP session-revoked ends sessions like sessions-revoked", arguments: Applied.allCases)
+    func caepSessionRevoked(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             let session = try await harness.newSession(sub: sub)
             let jti = try await harness.sendAndWait("session-revoked", sub: sub)
@@ -176,18 +184,18 @@ struct EventActionTests {
         }
     }
 
-    @Test("verification records its state and touches no user")
-    func verification() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("verification records its state and touches no user", arguments: Applied.allCases)
+    func verification(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let state = "state-\(UUID().uuidString)"
             let jti = try await harness.sendAndWait("verification", sub: nil) { $0.state = state }
             #expect(try await harness.actions(jti: jti) == [.init(kind: "record_verification", rows: 0, detail: state)])
         }
     }
 
-    @Test("A redelivered jti has no second effect")
-    func redelivery() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("A redelivered jti has no second effect", arguments: Applied.allCases)
+    func redelivery(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             _ = try await harness.newSession(sub: sub)
             let token = try await harness.makeSET("sessions-revoked", sub: sub)
@@ -201,9 +209,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("Out of order by iat: an older account-disabled after a newer account-enabled changes nothing")
-    func outOfOrder() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("Out of order by iat: an older account-disabled after a newer account-enabled changes nothing", arguments: Applied.allCases)
+    func outOfOrder(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             let now = Date().timeIntervalSince1970.rounded(.down)
             try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = now }
@@ -229,9 +237,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("Account state follows iat, then arrival: a replayed account-disabled of the same second does not undo a later enable")
-    func replayKeepsOrder() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("Account state follows iat, then arrival: a replayed account-disabled of the same second does not undo a later enable", arguments: Applied.allCases)
+    func replayKeepsOrder(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             let now = Date().timeIntervalSince1970.rounded(.down)
             let disabled = try await harness.sendAndWait("account-disabled", sub: sub) { $0.iat = now }
@@ -251,9 +259,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("A refused sign-in changes nothing about the user: not the profile, not last_sign_in_at")
-    func refusedSignInWritesNothing() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("A refused sign-in changes nothing about the user: not the profile, not last_sign_in_at", arguments: Applied.allCases)
+    func refusedSignInWritesNothing(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             _ = try await harness.newSession(sub: sub)
             func profile() async throws -> [String] {
@@ -278,9 +286,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("An event for a sub that never signed in is kept, and a later sign-in is refused")
-    func unknownSubThenSignIn() async throws {
-        try await Harness.with(Self.options) { harness in
+    @Test("An event for a sub that never signed in is kept, and a later sign-in is refused", arguments: Applied.allCases)
+    func unknownSubThenSignIn(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
             let sub = user()
             try await harness.sendAndWait("account-disabled", sub: sub)
             let reply = try await harness.signIn(sub: sub, json: true)

@@ -27,6 +27,9 @@ struct Harness {
         var commitTimeout: Duration = .seconds(5)
         /// Run an in-process worker beside the receiver (as `serve` does by default).
         var worker = false
+        /// With the worker: apply new events as they are stored, as `serve` does. False leaves every event
+        /// to the worker (as `serve --no-worker` plus a `worker` would).
+        var applyOnReceipt = true
         var maxAttempts = 10
         /// Start with the transmitter's discovery documents and JWKS answering 503.
         var keysOutageAtStart = false
@@ -41,6 +44,8 @@ struct Harness {
     let transmitter: DevTransmitter
     let receiverURL: String
     let database: PostgresClient
+    /// The database the receiver uses, for child processes (CLI commands).
+    let databaseURL: String
 
     var eventsURL: String { receiverURL + "/risc/events" }
 
@@ -89,8 +94,11 @@ struct Harness {
             receiverConfiguration.vaultKey = vaultKey
             receiverConfiguration.clientSecrets = [ClientSecret(clientID: audience, clientSecret: "dev-client-secret")]
             receiverConfiguration.maxAttempts = options.maxAttempts
+            // As `serve` does: with a worker in the process, events are applied on receipt.
+            var inboxSettings = EventInbox.Settings()
+            inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt
             let dependencies = try ServiceDependencies(
-                configuration: receiverConfiguration, httpClient: .shared, logger: logger,
+                configuration: receiverConfiguration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings,
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval)
             var workers: [any Service] = []
             if options.worker {
@@ -106,7 +114,8 @@ struct Harness {
             var receiverPortsIterator = receiverPorts.makeAsyncIterator()
             let port = await receiverPortsIterator.next()!
 
-            let harness = Harness(transmitter: transmitter, receiverURL: "http://127.0.0.1:\(port)", database: database)
+            let harness = Harness(
+                transmitter: transmitter, receiverURL: "http://127.0.0.1:\(port)", database: database, databaseURL: options.databaseURL)
             do {
                 try await body(harness)
             } catch {

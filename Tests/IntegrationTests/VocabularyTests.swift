@@ -50,13 +50,17 @@ struct VocabularyTests {
             #expect(apply.contains("'\(ActionKind.ambiguousTokenIdentifier.rawValue)'"))
             // Every status the functions compare or assign.
             let store = try #require(
-                try await Self.texts("SELECT prosrc FROM pg_proc WHERE proname = 'risc_store_events'", on: harness.database).first)
+                try await Self.texts("SELECT prosrc FROM pg_proc WHERE proname = 'risc_insert_events'", on: harness.database).first)
             for source in [apply, store] {
                 let used = source.matches(of: /status\s*(?:=|IN)\s*\(?\s*('[a-z_]+'(?:\s*,\s*'[a-z_]+')*)/).map { Self.literals($0.output.1) }
                 #expect(!used.isEmpty)
                 for statuses in used { #expect(statuses.isSubset(of: Self.statuses), "\(statuses)") }
             }
             #expect(apply.contains("status IN ('pending', 'retry')"), "the function finishes only waiting events")
+            #expect(store.contains("THEN '\(EventStatus.done.rawValue)'"), "events applied on receipt are stored done")
+            // Only events left waiting wake the workers.
+            let trigger = try await Self.texts("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'risc_events_inserted'", on: harness.database)
+            #expect(trigger.map { Self.literals($0.split(separator: "WHEN").last ?? "") } == [Set(EventStatus.waiting.map(\.rawValue))])
         }
     }
 
