@@ -239,26 +239,18 @@ private struct StoreEvents: PostgresPreparedStatement {
         bindings.append(events.map { $0.issuedAt.timeIntervalSince1970 })
         try bindings.append(events.map(\.status))
         // Without apply the procedure ignores the actions: none are sent.
-        var rows: [Int32] = [], positions: [Int32] = [], kinds: [ActionKind] = [], subs: [String] = []
-        var arguments: [String] = [], clientIDs: [String] = []
+        var actions = ActionColumns<Int32>()
         if apply {
             for (row, event) in events.enumerated() {
-                for (position, action) in event.actions {
-                    rows.append(Int32(row + 1))
-                    positions.append(Int32(position))
-                    kinds.append(action.kind)
-                    subs.append(action.sub ?? "")
-                    arguments.append(action.argument ?? "")
-                    clientIDs.append(JSONValue.array(action.clientIDs.map(JSONValue.string)).serialized)
-                }
+                for (position, action) in event.actions { actions.append(Int32(row + 1), position: position, action) }
             }
         }
-        bindings.append(rows)
-        bindings.append(positions)
-        try bindings.append(kinds)
-        bindings.append(subs)
-        bindings.append(arguments)
-        bindings.append(clientIDs)
+        bindings.append(actions.keys)
+        bindings.append(actions.positions)
+        try bindings.append(actions.kinds)
+        bindings.append(actions.subs)
+        bindings.append(actions.arguments)
+        bindings.append(actions.clientIDs)
         bindings.append(apply)
         return bindings
     }

@@ -152,15 +152,12 @@ public struct EventQueue: Sendable {
         }
         // Sorted by user: the function takes each user's lock once, in the same order in every worker.
         planned.sort { ($0.sub, $0.event, $0.index) < ($1.sub, $1.event, $1.index) }
-        let eventIDs = planned.map(\.event)
-        let positions = planned.map { Int32($0.position) }
-        let kinds = planned.map(\.action.kind)
-        let subs = planned.map(\.sub)
-        let arguments = planned.map { $0.action.argument ?? "" }
-        let clientIDs = planned.map { JSONValue.array($0.action.clientIDs.map(JSONValue.string)).serialized }
+        var columns = ActionColumns<Int64>()
+        for action in planned { columns.append(action.event, position: action.position, action.action) }
         try await connection.query(
             """
-            SELECT risc_apply_actions(\(eventIDs), \(positions), \(kinds), \(subs), \(arguments), \(clientIDs), \(done))
+            SELECT risc_apply_actions(\(columns.keys), \(columns.positions), \(columns.kinds), \(columns.subs), \(columns.arguments),
+                                      \(columns.clientIDs), \(done))
             """, logger: logger)
         result.done = done.count
         // What the batch changed, for the metrics (counted once it has committed).
