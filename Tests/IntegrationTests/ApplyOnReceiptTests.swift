@@ -84,7 +84,9 @@ struct ApplyOnReceiptTests {
             let replayed = try await harness.call(.POST, "/admin/v1/events/\(try await harness.eventID(jti: jti))/replay", bearer: Harness.adminToken)
             #expect(replayed.status == 202, "\(replayed.body)")
             #expect(try await harness.waitUntilProcessed(jti: jti) == "done")
-            #expect(try await harness.actions(jti: jti) == [.init(kind: "revoke_sessions", rows: 0)])
+            // Once or twice: the worker's own retry may also come due after the trigger is gone.
+            let actions = try await harness.actions(jti: jti)
+            #expect(!actions.isEmpty && actions.allSatisfy { $0 == .init(kind: "revoke_sessions", rows: 0) }, "\(actions)")
         }
     }
 
