@@ -17,12 +17,13 @@ fresh_database risc_growth
 
 # run LABEL FIRST_USER: one saturation run with fresh SETs; sets rate_LABEL and checks stored rows against 202s.
 run() {
-  local label=$1 result rows0 accepted0 rows accepted
+  local label=$1 result last_id accepted0 rows accepted
   sign "$tokens_per_run" "$2" "$work/tokens-$label"
   warm_up
-  rows0=$(stored); accepted0=$(accepted_by_server)
+  # Counted by id: retention may delete older rows meanwhile.
+  last_id=$(psql -c 'SELECT coalesce(max(id), 0) FROM risc_events'); accepted0=$(accepted_by_server)
   result=$(run_wrk "$work/tokens-$label" 0)
-  rows=$(( $(stored) - rows0 )); accepted=$(( $(accepted_by_server) - accepted0 ))
+  rows=$(psql -c "SELECT count(*) FROM risc_events WHERE id > $last_id"); accepted=$(( $(accepted_by_server) - accepted0 ))
   [ "$rows" = "$accepted" ] || rows_mismatch=1
   printf -v "rate_$label" '%s' "$(field rate "$result")"
   printf -v "line_$label" '%s' "$(field rate "$result") SETs/s, p99 $(field p99_ms "$result") ms, non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result"); rows stored $rows, server-counted 202s $accepted ($(check_rows "$rows" "$accepted"))"
@@ -64,9 +65,11 @@ sleep 60
 deleted=$(curl -fs "http://127.0.0.1:$rx_port/metrics" | sed -n 's/^risc_events_deleted_total \([0-9.e+]*\)$/\1/p')
 left_actions=$(psql -c "SELECT count(*) FROM risc_event_actions a WHERE NOT EXISTS (SELECT 1 FROM risc_events e WHERE e.id = a.event_id)")
 redelivered=$(head -n 1 "$work/tokens-empty")
-rows0=$(stored)
+redelivered_jti=$(python3 -c "import base64, json, sys; p = sys.argv[1].split('.')[1]; print(json.loads(base64.urlsafe_b64decode(p + '=' * (-len(p) % 4)))['jti'])" "$redelivered")
+copies() { psql -c "SELECT count(*) || ' rows, ' || (SELECT count(*) FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id WHERE e.jti = '$redelivered_jti') || ' actions' FROM risc_events WHERE jti = '$redelivered_jti'"; }
+before=$(copies)
 status=$(curl -s -o /dev/null -w '%{http_code}' -X POST --data-binary "$redelivered" "http://127.0.0.1:$rx_port/risc/events")
-duplicate=$([ "$status" = 202 ] && [ "$(stored)" = "$rows0" ] && echo "202, no new row" || echo "FAILED (answer $status)")
+duplicate=$([ "$status" = 202 ] && [ "$(copies)" = "$before" ] && [ "$before" = "1 rows, 1 actions" ] && echo "202, still $before" || echo "FAILED (answer $status; $before before, $(copies) after)")
 views=ok
 for command in "users show growth-user-1" "users show load-user-1" "events list --sub load-user-1" "stats"; do
   # shellcheck disable=SC2086

@@ -111,7 +111,7 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
                     largest backlog ${default_backlog:-0} events; drained ${default_drain} s after the run; peak RSS ${default_rss_mib} MiB
     half rate:      offered $half_rate/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
     burst revoke:   202 -> first 401 over $(field users "$revoke") users at $(python3 -c "print(round($burst_users / $seconds))")/s, beside wrk at $(field rate "$burst") SETs/s (non-202: $(field not_202 "$burst")):
-                    p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms
+                    p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms ($(field polls_per_user "$revoke") checks per user: 1.0 means the first check after the 202 was already refused)
   split (serve --no-worker + worker):
     saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
                     rows stored $stored_rows, server-counted 202s $accepted_202s ($(check_rows "$stored_rows" "$accepted_202s"))
