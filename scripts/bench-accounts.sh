@@ -33,7 +33,10 @@ session=$(run_wrk /v1/session)
 # 2. Time to revoke, one user after another.
 curl -fs -X POST "http://127.0.0.1:$tx_port/dev/sign-batch" -H 'Content-Type: application/json' \
   -d "{\"type\":\"sessions-revoked\",\"count\":$users}" >"$work/revoke-tokens"
+rows_before=$(psql -c 'SELECT count(*) FROM risc_events')
 revoke=$(python3 benchmarks/time_to_revoke.py "http://127.0.0.1:$rx_port" "$work/revoke-tokens" | grep '^RESULT')
+# Each of those SETs got a 202 (the script stops otherwise): each must be a stored row.
+revoke_rows=$(( $(psql -c 'SELECT count(*) FROM risc_events') - rows_before ))
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
 # The same session checks with the in-memory cache off: every check reads PostgreSQL.
@@ -83,8 +86,9 @@ Account benchmarks ($(nproc) cores; $users users; wrk $connections connections, 
   session check:   GET /v1/session $(field rate "$session") req/s, p50 $(field p50_ms "$session") ms, p99 $(field p99_ms "$session") ms, non-200: $(field not_200 "$session")
                    baseline GET /healthz $(field rate "$healthz") req/s, p99 $(field p99_ms "$healthz") ms; ratio $(ratio "$(field rate "$session")" "$(field rate "$healthz")")
                    cache off (RISC_SESSION_CACHE=off): $(field rate "$uncached") req/s, p99 $(field p99_ms "$uncached") ms, non-200: $(field not_200 "$uncached"); ratio to /healthz $(ratio "$(field rate "$uncached")" "$(field rate "$healthz")")
-  time to revoke:  202 -> first 401 over $(field users "$revoke") users: p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms
+  time to revoke:  202 -> first 401 over $(field users "$revoke") users: p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms; rows stored $revoke_rows for $(field users "$revoke") 202s
                    baseline one session check: p50 $(field check_p50_ms "$revoke") ms, p99 $(field check_p99_ms "$revoke") ms ($(field polls_per_user "$revoke") checks per user)
   worker drain:    $drain_events mixed events, worker started cold: ${drain} s ($(python3 -c "print(round($drain_events / $drain))") events/s); $drain_check
                    baseline PostgreSQL-only claim-and-mark loop: ${baseline_drain} s; ratio $(ratio "$baseline_drain" "$drain")
 TXT
+[ "$revoke_rows" = "$(field users "$revoke")" ]
