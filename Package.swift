@@ -69,12 +69,13 @@ let package = Package(
         ),
         .executableTarget(name: "embed-migrations"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
-        // The worker: turns stored events into account actions.
+        // The worker: turns stored events into account actions, and delivers notifications of them.
         .target(
             name: "RISCWorker",
             dependencies: [
                 "RISC", "RISCStore", "RISCMetrics",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -21,4 +21,12 @@ public enum ActionKind: String, Sendable, CaseIterable {
     /// Kinds whose rows affected count as revoked sessions, and as deleted grants, in the metrics.
     public static let revokingSessions: [ActionKind] = [.revokeSessions]
     public static let deletingGrants: [ActionKind] = [.deleteGrants, .deleteGrantByPrefix, .deleteGrantByHash]
+
+    /// The kinds the app's other services are notified of (SPEC §10): every action on a user's sessions, grants or
+    /// account. Not a verification, an event with nothing to do, or the ambiguity note beside a token deletion
+    /// (the deletion itself is notified). The trigger that writes notifications holds the same list (a test checks).
+    public static let notified: [ActionKind] = [
+        .revokeSessions, .deleteGrants, .deleteGrantByPrefix, .deleteGrantByHash, .disableSignIn, .enableSignIn,
+        .flagForReview, .requireCredentialChange,
+    ]
 }

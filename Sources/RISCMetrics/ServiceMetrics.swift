@@ -62,6 +62,16 @@ public enum ServiceMetrics {
         Counter(label: "risc_token_identifiers_ambiguous_total").increment(by: count)
     }
 
+    /// Notification delivery attempts to subscribers (SPEC §10): `delivered`, `retried` or `dead`.
+    public static func notificationsDelivered(_ count: Int, outcome: String) {
+        Counter(label: "risc_notifications_total", dimensions: [("outcome", outcome)]).increment(by: count)
+    }
+
+    /// One delivery attempt, from sending to the subscriber's answer (or the timeout).
+    public static func notificationDuration(_ duration: Duration) {
+        Timer(label: "risc_notification_delivery_duration_seconds", preferredDisplayUnit: .seconds).recordNanoseconds(duration.nanoseconds)
+    }
+
     /// A sign-in: `success`, `invalid_token`, `account_disabled` or `unavailable`.
     public static func signIn(outcome: String) {
         Counter(label: "risc_signins_total", dimensions: [("outcome", outcome)]).increment()

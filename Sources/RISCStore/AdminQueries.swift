@@ -53,16 +53,8 @@ public struct AdminQueries: Sendable {
             filter.sub = sub
             filter.since = try since.map { value throws(InvalidParameter) in try timestamp(value, name: "since") }
             filter.until = try until.map { value throws(InvalidParameter) in try timestamp(value, name: "until") }
-            if let limit {
-                guard let value = Int(limit), (1...500).contains(value) else {
-                    throw InvalidParameter(name: "limit", problem: "must be a number from 1 to 500")
-                }
-                filter.limit = value
-            }
-            if let cursor {
-                guard decodeCursor(cursor) != nil else { throw InvalidParameter(name: "cursor", problem: "is not a cursor this API issued") }
-                filter.cursor = cursor
-            }
+            filter.limit = try parseLimit(limit)
+            filter.cursor = try checkCursor(cursor)
             return filter
         }
 
@@ -73,6 +65,22 @@ public struct AdminQueries: Sendable {
             if let date = formatter.date(from: value) { return date }
             throw InvalidParameter(name: name, problem: "must be an RFC 3339 timestamp such as 2026-11-22T05:00:00Z")
         }
+    }
+
+    /// A page size: 1 to 500, 50 when not given.
+    static func parseLimit(_ limit: String?) throws(InvalidParameter) -> Int {
+        guard let limit else { return 50 }
+        guard let value = Int(limit), (1...500).contains(value) else {
+            throw InvalidParameter(name: "limit", problem: "must be a number from 1 to 500")
+        }
+        return value
+    }
+
+    /// A cursor this API issued, or nil.
+    static func checkCursor(_ cursor: String?) throws(InvalidParameter) -> String? {
+        guard let cursor else { return nil }
+        guard decodeCursor(cursor) != nil else { throw InvalidParameter(name: "cursor", problem: "is not a cursor this API issued") }
+        return cursor
     }
 
     let client: PostgresClient

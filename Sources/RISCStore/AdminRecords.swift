@@ -4,7 +4,7 @@ import RISC
 // What the admin API answers and `--json` prints (SPEC §6), as named values. Each has one JSON form,
 // `jsonValue`, which the HTTP edge and the CLI serialize; the CLI's tables read the fields.
 
-private extension Optional {
+extension Optional {
     func json(_ transform: (Wrapped) -> JSONValue) -> JSONValue { map(transform) ?? .null }
 }
 

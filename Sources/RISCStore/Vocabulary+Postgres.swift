@@ -9,3 +9,7 @@ extension EventStatus: PostgresCodable, PostgresArrayEncodable, PostgresArrayDec
 extension ActionKind: PostgresCodable, PostgresArrayEncodable, PostgresArrayDecodable {
     public static var psqlArrayType: PostgresDataType { .textArray }
 }
+
+extension NotificationStatus: PostgresCodable, PostgresArrayEncodable, PostgresArrayDecodable {
+    public static var psqlArrayType: PostgresDataType { .textArray }
+}

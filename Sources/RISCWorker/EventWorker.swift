@@ -112,21 +112,7 @@ public final class EventWorker: Service, Sendable {
         }
     }
 
-    /// Holds one connection with `LISTEN risc_events`; reconnects after a failure (polling covers the gap).
     private func listenForNotifications() async {
-        while !Task.isCancelled {
-            do {
-                try await client.withConnection { connection in
-                    try await connection.listen(on: Self.channel) { notifications in
-                        for try await _ in notifications { self.wakeAll() }
-                    }
-                }
-            } catch {
-                if Task.isCancelled { return }
-                logger.warning("Lost the LISTEN connection; relying on polling until it is back", metadata: ["error": "\(DatabaseErrors.describe(error))"])
-            }
-            wakeAll()
-            do { try await Task.sleep(for: .seconds(1)) } catch { return }
-        }
+        await PostgresListener(client: client, channel: Self.channel, logger: logger).run { self.wakeAll() }
     }
 }

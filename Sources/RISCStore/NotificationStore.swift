@@ -1,0 +1,254 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+
+/// The notification outbox (SPEC §10): subscribers, their notifications, and the dispatchers' claims on them.
+/// Rows are written by the database itself, in the transaction that records each action (migration 0009);
+/// this is everything else: the admin API's and CLI's reads and replays, and the dispatchers' side.
+public struct NotificationStore: Sendable {
+    public static let channel = "risc_notifications"
+
+    let client: PostgresClient
+    let logger: Logger
+
+    public init(client: PostgresClient, logger: Logger) {
+        self.client = client
+        self.logger = logger
+    }
+
+    // MARK: Subscribers
+
+    /// A subscriber as given by an operator, checked: an https URL (http on loopback), a `whsec_` secret
+    /// (generated when none is given), and action kinds from `ActionKind.notified` (nil: all).
+    public struct NewSubscriber: Sendable {
+        public let url: String
+        public let secret: String
+        public let actions: [ActionKind]?
+
+        public init(url: String, secret: String?, actions: [String]?) throws(AdminQueries.InvalidParameter) {
+            guard URLPolicy.isHTTPSOrLoopback(url) else {
+                throw .init(name: "url", problem: "must be an https:// URL (http:// only on loopback: 127.0.0.0/8, ::1, localhost)")
+            }
+            if let secret, StandardWebhook.key(secret: secret) == nil {
+                throw .init(name: "secret", problem: "must be whsec_ followed by 24 to 64 bytes in base64")
+            }
+            var kinds: [ActionKind]?
+            if let actions {
+                let names = ActionKind.notified.map(\.rawValue)
+                kinds = try actions.map { name throws(AdminQueries.InvalidParameter) in
+                    guard let kind = ActionKind(rawValue: name), ActionKind.notified.contains(kind) else {
+                        throw .init(name: "actions", problem: "'\(name)' is not one of \(names.joined(separator: ", "))")
+                    }
+                    return kind
+                }
+                guard !(kinds ?? []).isEmpty else { throw .init(name: "actions", problem: "must name at least one action kind") }
+            }
+            self.url = url
+            self.secret = secret ?? StandardWebhook.generateSecret()
+            self.actions = kinds
+        }
+    }
+
+    /// Adds a subscriber; it hears of actions taken from now on. Returns its id.
+    public func add(_ subscriber: NewSubscriber) async throws -> Int64 {
+        let rows = try await client.query(
+            "INSERT INTO risc_subscribers (url, secret, actions) VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions)) RETURNING id",
+            logger: logger)
+        var id: Int64 = 0
+        for try await inserted in rows.decode(Int64.self) { id = inserted }
+        return id
+    }
+
+    public func subscribers() async throws -> [SubscriberRecord] {
+        var found: [SubscriberRecord] = []
+        let rows = try await client.query(
+            """
+            SELECT s.id, s.url, s.actions, s.created_at,
+                   (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'pending')::int8,
+                   (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'dead')::int8
+            FROM risc_subscribers s ORDER BY s.id
+            """, logger: logger)
+        for try await (id, url, actions, createdAt, pending, dead) in rows.decode((Int64, String, [ActionKind]?, Date, Int64, Int64).self) {
+            found.append(SubscriberRecord(id: id, url: url, actions: actions, createdAt: createdAt, pending: Int(pending), dead: Int(dead)))
+        }
+        return found
+    }
+
+    /// Removes a subscriber and its notifications (undelivered ones are not sent). False if there was none.
+    public func remove(subscriber id: Int64) async throws -> Bool {
+        let rows = try await client.query("DELETE FROM risc_subscribers WHERE id = \(id) RETURNING id", logger: logger)
+        for try await _ in rows.decode(Int64.self) { return true }
+        return false
+    }
+
+    // MARK: Notifications, for admins
+
+    public struct Filter: Sendable {
+        public var status: NotificationStatus?
+        public var subscriber: Int64?
+        public var sub: String?
+        public var limit = 50
+        public var cursor: String?
+        public init() {}
+
+        public static func parse(
+            status: String?, subscriber: String?, sub: String?, limit: String?, cursor: String?
+        ) throws(AdminQueries.InvalidParameter) -> Filter {
+            var filter = Filter()
+            if let status {
+                guard let known = NotificationStatus(rawValue: status) else {
+                    throw .init(name: "status", problem: "must be one of \(NotificationStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                filter.status = known
+            }
+            if let subscriber {
+                guard let id = Int64(subscriber) else { throw .init(name: "subscriber", problem: "must be a subscriber id (a number)") }
+                filter.subscriber = id
+            }
+            filter.sub = sub
+            filter.limit = try AdminQueries.parseLimit(limit)
+            filter.cursor = try AdminQueries.checkCursor(cursor)
+            return filter
+        }
+    }
+
+    public func notifications(_ filter: Filter) async throws -> NotificationPage {
+        let before = filter.cursor.flatMap(AdminQueries.decodeCursor)
+        let rows = try await client.query(
+            """
+            SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications
+            WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
+              AND (\(filter.subscriber)::int8 IS NULL OR subscriber_id = \(filter.subscriber))
+              AND (\(filter.sub)::text IS NULL OR sub = \(filter.sub))
+              AND (\(before)::int8 IS NULL OR id < \(before))
+            ORDER BY id DESC LIMIT \(filter.limit + 1)
+            """, logger: logger)
+        var page = NotificationPage(notifications: [])
+        for try await row in rows.decode(NotificationRecord.Row.self) {
+            if page.notifications.count == filter.limit {
+                page.nextCursor = AdminQueries.encodeCursor(page.notifications.last!.id)
+                break
+            }
+            page.notifications.append(NotificationRecord(row: row))
+        }
+        return page
+    }
+
+    public func notification(id: Int64) async throws -> NotificationRecord? {
+        let rows = try await client.query(
+            "SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications WHERE id = \(id)", logger: logger)
+        for try await row in rows.decode(NotificationRecord.Row.self) { return NotificationRecord(row: row) }
+        return nil
+    }
+
+    public enum ReplayOutcome: Sendable, Equatable {
+        case replayed
+        case notFound
+        /// Still pending: it will be sent anyway.
+        case pending
+    }
+
+    /// Sends a dead (or delivered) notification again, with the same `webhook-id`, attempts counted afresh.
+    public func replay(id: Int64) async throws -> ReplayOutcome {
+        let rows = try await client.query(
+            """
+            WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
+            updated AS (
+                UPDATE risc_notifications n
+                SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
+                    delivered_at = NULL
+                FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
+                RETURNING n.id
+            )
+            SELECT EXISTS (SELECT 1 FROM updated) FROM target
+            """, logger: logger)
+        var outcome = ReplayOutcome.notFound
+        for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
+        if outcome == .replayed { try await client.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
+        return outcome
+    }
+
+    /// The ids of every dead notification, oldest first (for `notifications replay --dead`).
+    public func deadIDs() async throws -> [Int64] {
+        var ids: [Int64] = []
+        for try await id in try await client.query(
+            "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", logger: logger
+        ).decode(Int64.self) {
+            ids.append(id)
+        }
+        return ids
+    }
+
+    // MARK: Dispatchers
+
+    /// One notification taken for delivery: what to send, where, and with which key.
+    public struct Delivery: Sendable {
+        public let id: Int64
+        public let webhookID: String
+        public let notification: ActionNotification
+        /// Including the one about to be made.
+        public let attempt: Int
+        public let subscriberID: Int64
+        public let url: String
+        public let secret: String
+    }
+
+    /// Takes up to `limit` due notifications, only the oldest pending one of each (subscriber, user), so a user's
+    /// notifications go out in order. Each is counted as an attempt and leased for `lease`: if the dispatcher
+    /// dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
+    public func claim(limit: Int, lease: Duration) async throws -> [Delivery] {
+        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+        let rows = try await client.query(
+            """
+            WITH due AS (
+                SELECT n.id FROM risc_notifications n
+                WHERE n.status = \(NotificationStatus.pending) AND n.next_attempt_at <= now()
+                  AND NOT EXISTS (
+                      SELECT 1 FROM risc_notifications earlier
+                      WHERE earlier.status = \(NotificationStatus.pending) AND earlier.subscriber_id = n.subscriber_id
+                        AND earlier.sub = n.sub AND earlier.id < n.id)
+                ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
+                FOR UPDATE OF n SKIP LOCKED
+            )
+            UPDATE risc_notifications n
+            SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
+            FROM due, risc_subscribers s
+            WHERE n.id = due.id AND s.id = n.subscriber_id
+            RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+                      n.attempts, s.id, s.url, s.secret
+            """, logger: logger)
+        var claimed: [Delivery] = []
+        for try await row in rows.decode((Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String).self) {
+            let notification = ActionNotification(
+                kind: row.2, sub: row.3.isEmpty ? nil : row.3, count: Int(row.4), eventID: row.5, jti: row.6, eventType: row.7,
+                occurredAt: row.8)
+            claimed.append(
+                Delivery(
+                    id: row.0, webhookID: row.1, notification: notification, attempt: Int(row.9), subscriberID: row.10, url: row.11,
+                    secret: row.12))
+        }
+        return claimed.sorted { $0.id < $1.id }
+    }
+
+    /// A 2xx: done.
+    public func markDelivered(_ delivery: Delivery) async throws {
+        try await client.query(
+            """
+            UPDATE risc_notifications SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
+            WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending)
+            """, logger: logger)
+    }
+
+    /// A failed attempt: due again after `retryAfter` seconds, or dead when nil. Only if no other dispatcher has
+    /// taken the row since (its lease ran out): that one's attempt decides.
+    public func markFailed(_ delivery: Delivery, error: String, retryAfter: Double?) async throws {
+        try await client.query(
+            """
+            UPDATE risc_notifications
+            SET status = \(retryAfter == nil ? NotificationStatus.dead : NotificationStatus.pending), last_error = \(error),
+                next_attempt_at = now() + make_interval(secs => \(retryAfter ?? 0))
+            WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
+            """, logger: logger)
+    }
+}

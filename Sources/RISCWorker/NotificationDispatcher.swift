@@ -1,0 +1,180 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import RISC
+import RISCMetrics
+import RISCStore
+import ServiceLifecycle
+import Synchronization
+
+/// Delivers the notification outbox to subscribers (SPEC §10): Standard Webhooks `POST`s, at least once.
+/// Woken by `NOTIFY risc_notifications` when actions commit, and by a poll (retries coming due, a lost
+/// notification). Keeps up to `concurrency` deliveries in flight; any number of dispatchers may run, in this
+/// process or others, as each takes only what no other holds. On graceful shutdown it takes nothing new and lets
+/// the deliveries in flight finish; one cut short is sent again once its lease ends.
+public final class NotificationDispatcher: Service, Sendable {
+    public struct Settings: Sendable {
+        /// After the last attempt a notification is dead (RISC_NOTIFY_MAX_ATTEMPTS), and the delay between
+        /// attempts doubles from `backoffBase` seconds (RISC_NOTIFY_BACKOFF_BASE), with jitter, up to an hour.
+        public var retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 1, maxDelay: 3600)
+        /// No answer by then is a failed attempt (SPEC §10: 10 s).
+        public var timeout: Duration = .seconds(10)
+        public var concurrency = 16
+        public var pollInterval: Duration = .seconds(1)
+        public init() {}
+
+        /// How long a taken notification is left alone: past the timeout, so only a dispatcher that died mid-delivery
+        /// (or its database connection) lets another send it again.
+        var lease: Duration { timeout + .seconds(5) }
+    }
+
+    let store: NotificationStore
+    let client: PostgresClient
+    let settings: Settings
+    let logger: Logger
+    private let inFlight = Atomic<Int>(0)
+    private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
+
+    public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
+        self.client = client
+        self.store = NotificationStore(client: client, logger: logger)
+        self.settings = settings
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        // No redirects: a subscriber's URL was checked (https, or loopback), where it redirects to was not.
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        configuration.timeout = .init(connect: .seconds(Int64(settings.timeout.components.seconds)))
+        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        let (wakeUps, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        waker.withLock { $0 = continuation }
+        continuation.yield()  // notifications left over from before the start
+        // Not child tasks: a LISTEN on a dead connection may not notice cancellation (as in EventWorker), and the
+        // group below must end when its deliveries do.
+        let listener = Task { await PostgresListener(client: client, channel: NotificationStore.channel, logger: logger).run { self.wake() } }
+        let poller = Task { await self.poll() }
+        logger.info("Notification dispatcher started", metadata: ["concurrency": "\(settings.concurrency)"])
+        await withGracefulShutdownHandler {
+            // Ends after the stream does (graceful shutdown), once the deliveries in flight are done.
+            await withDiscardingTaskGroup { group in
+                await self.dispatch(wakeUps, http: http, group: &group)
+            }
+        } onGracefulShutdown: {
+            self.waker.withLock { $0?.finish() }
+        }
+        listener.cancel()
+        poller.cancel()
+        try? await http.shutdown()
+        logger.info("Notification dispatcher stopped")
+    }
+
+    private func wake() {
+        _ = waker.withLock { $0?.yield() }
+    }
+
+    private func poll() async {
+        while !Task.isCancelled {
+            do { try await Task.sleep(for: settings.pollInterval) } catch { return }
+            wake()
+        }
+    }
+
+    /// On each wake-up, takes as many due notifications as there are free delivery slots, until none is due.
+    /// A finished delivery frees its slot and wakes the loop.
+    private func dispatch(_ wakeUps: AsyncStream<Void>, http: HTTPClient, group: inout DiscardingTaskGroup) async {
+        for await _ in wakeUps {
+            while !Task.isShuttingDownGracefully && !Task.isCancelled {
+                let free = settings.concurrency - inFlight.load(ordering: .relaxed)
+                guard free > 0 else { break }
+                let claimed: [NotificationStore.Delivery]
+                do {
+                    claimed = try await store.claim(limit: free, lease: settings.lease)
+                } catch {
+                    logger.warning("Could not take notifications to deliver; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+                    break
+                }
+                guard !claimed.isEmpty else { break }
+                inFlight.add(claimed.count, ordering: .relaxed)
+                for delivery in claimed {
+                    group.addTask {
+                        await self.deliver(delivery, http: http)
+                        self.inFlight.subtract(1, ordering: .relaxed)
+                        self.wake()
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt: sign, send, record the outcome. Any 2xx is delivered; anything else, or no answer in time, is
+    /// retried with backoff or, after the last attempt, dead.
+    func deliver(_ delivery: NotificationStore.Delivery, http: HTTPClient) async {
+        let metadata: Logger.Metadata = [
+            "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
+            "attempt": "\(delivery.attempt)",
+        ]
+        let started = ContinuousClock.now
+        let failure: String?
+        if let key = StandardWebhook.key(secret: delivery.secret) {
+            let body = Array(delivery.notification.body.serialized.utf8)
+            var request = HTTPClientRequest(url: delivery.url)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "User-Agent", value: "risc-receiver")
+            for (name, value) in StandardWebhook.headers(
+                id: delivery.webhookID, timestamp: Int64(Date().timeIntervalSince1970), body: body, key: key)
+            {
+                request.headers.add(name: name, value: value)
+            }
+            request.body = .bytes(ByteBuffer(bytes: body))
+            failure = await send(request, http: http)
+        } else {
+            failure = "the subscriber's secret is not a whsec_ secret"
+        }
+        ServiceMetrics.notificationDuration(ContinuousClock.now - started)
+        do {
+            guard let failure else {
+                try await store.markDelivered(delivery)
+                ServiceMetrics.notificationsDelivered(1, outcome: "delivered")
+                logger.debug("Notification delivered", metadata: metadata)
+                return
+            }
+            switch settings.retryPolicy.decision(afterFailedAttempts: delivery.attempt, jitter: Double.random(in: 0...1)) {
+            case .retry(let seconds):
+                try await store.markFailed(delivery, error: failure, retryAfter: seconds)
+                ServiceMetrics.notificationsDelivered(1, outcome: "retried")
+                logger.info("A notification was not delivered; it will be retried", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
+            case .dead:
+                try await store.markFailed(delivery, error: failure, retryAfter: nil)
+                ServiceMetrics.notificationsDelivered(1, outcome: "dead")
+                logger.error("A notification failed its last attempt and is dead", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
+            }
+        } catch {
+            // The row stays taken until its lease ends, then is sent again: at least once.
+            logger.warning(
+                "Could not record a delivery's outcome; it will be sent again",
+                metadata: metadata.merging(["error": "\(DatabaseErrors.describe(error))"]) { $1 })
+        }
+    }
+
+    /// Nil when the subscriber answered 2xx within the timeout; otherwise why not (never the URL, which may carry
+    /// a credential, nor the body).
+    private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
+        let timeout = settings.timeout
+        do {
+            return try await withTimeout(timeout) {
+                let response = try await http.execute(request, timeout: .seconds(Int64(timeout.components.seconds) + 1))
+                // Read (and drop) a bounded answer, so the connection can be reused.
+                _ = try? await response.body.collect(upTo: 64 * 1024)
+                return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
+            }
+        } catch is TimeoutError {
+            return "no answer within \(timeout.components.seconds) s"
+        } catch {
+            return "cannot deliver: \(String(describing: error).prefix(200))"
+        }
+    }
+}
