@@ -13,11 +13,13 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
     let adminToken: String
     let queries: AdminQueries
     let queue: EventQueue
+    let notifications: NotificationStore
 
-    public init(adminToken: String, queries: AdminQueries, queue: EventQueue) {
+    public init(adminToken: String, queries: AdminQueries, queue: EventQueue, notifications: NotificationStore) {
         self.adminToken = adminToken
         self.queries = queries
         self.queue = queue
+        self.notifications = notifications
     }
 
     public func addRoutes(to router: Router<Context>) {
@@ -28,16 +30,21 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
         group.post("events/:id/replay") { _, context in try await self.replay(context.parameters.get("id")) }
         group.get("users/:sub") { _, context in try await self.user(context.parameters.get("sub")) }
         group.get("stats") { _, _ in JSONResponse.make(status: .ok, json: try await self.queries.stats().jsonValue) }
+        group.get("subscribers") { _, _ in
+            JSONResponse.make(status: .ok, json: ["subscribers": .array(try await self.notifications.subscribers().map(\.jsonValue))])
+        }
+        group.post("subscribers") { request, _ in try await self.addSubscriber(request) }
+        group.delete("subscribers/:id") { _, context in try await self.removeSubscriber(context.parameters.get("id")) }
+        group.get("notifications") { request, _ in try await self.notifications(request) }
+        group.get("notifications/:id") { _, context in try await self.notification(context.parameters.get("id")) }
+        group.post("notifications/:id/replay") { _, context in try await self.replayNotification(context.parameters.get("id")) }
     }
 
     func events(_ request: Request) async throws -> Response {
+        try Self.refuseUnknownParameters(request, known: ["status", "type", "sub", "since", "until", "limit", "cursor"])
         let query = request.uri.queryParameters
-        let known: Set<String> = ["status", "type", "sub", "since", "until", "limit", "cursor"]
-        if let unknown = query.map({ String($0.key) }).first(where: { !known.contains($0) }) {
-            throw Self.invalid(AdminQueries.InvalidParameter(name: unknown, problem: "is not a parameter of this route"))
-        }
         let filter: AdminQueries.EventFilter
-        do {
+        do throws(AdminQueries.InvalidParameter) {
             filter = try AdminQueries.EventFilter.parse(
                 status: query.get("status"), type: query.get("type"), sub: query.get("sub"), since: query.get("since"),
                 until: query.get("until"), limit: query.get("limit"), cursor: query.get("cursor"))
@@ -71,6 +78,82 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
         guard let sub, !sub.isEmpty else { throw Self.invalid(.init(name: "sub", problem: "is required")) }
         guard let user = try await queries.user(sub: sub) else { throw APIError(.notFound, "not_found") }
         return JSONResponse.make(status: .ok, json: user.jsonValue)
+    }
+
+    /// `{"url": ..., "secret": ... (optional), "actions": [...] (optional)}` → 201 `{"id", "secret"}`: the only time
+    /// the secret is shown.
+    func addSubscriber(_ request: Request) async throws -> Response {
+        var request = request
+        guard let body = try? await request.collectBody(upTo: 64 * 1024), let json = try? JSONValue.parse(Data(buffer: body)),
+            let object = json.objectValue
+        else { throw APIError(.badRequest, "invalid_request", description: "the body must be a JSON object") }
+        guard let url = object["url"]?.stringValue else { throw Self.invalid(.init(name: "url", problem: "is required")) }
+        if let secret = object["secret"], secret.stringValue == nil, secret != .null {
+            throw Self.invalid(.init(name: "secret", problem: "must be a string"))
+        }
+        var actions: [String]?
+        if let list = object["actions"], list != .null {
+            guard let names = list.arrayValue?.compactMap(\.stringValue), names.count == list.arrayValue?.count else {
+                throw Self.invalid(.init(name: "actions", problem: "must be a list of action kinds"))
+            }
+            actions = names
+        }
+        let subscriber: NotificationStore.NewSubscriber
+        do throws(AdminQueries.InvalidParameter) {
+            subscriber = try NotificationStore.NewSubscriber(url: url, secret: object["secret"]?.stringValue, actions: actions)
+        } catch {
+            throw Self.invalid(error)
+        }
+        let id = try await notifications.add(subscriber)
+        return JSONResponse.make(status: .created, json: ["id": .number(Double(id)), "secret": .string(subscriber.secret)])
+    }
+
+    func removeSubscriber(_ id: String?) async throws -> Response {
+        guard try await notifications.remove(subscriber: try Self.id(id, of: "subscriber")) else { throw APIError(.notFound, "not_found") }
+        return Response(status: .noContent)
+    }
+
+    func notifications(_ request: Request) async throws -> Response {
+        try Self.refuseUnknownParameters(request, known: ["status", "subscriber", "sub", "limit", "cursor"])
+        let query = request.uri.queryParameters
+        let filter: NotificationStore.Filter
+        do throws(AdminQueries.InvalidParameter) {
+            filter = try NotificationStore.Filter.parse(
+                status: query.get("status"), subscriber: query.get("subscriber"), sub: query.get("sub"), limit: query.get("limit"),
+                cursor: query.get("cursor"))
+        } catch {
+            throw Self.invalid(error)
+        }
+        return JSONResponse.make(status: .ok, json: try await notifications.notifications(filter).jsonValue)
+    }
+
+    func notification(_ id: String?) async throws -> Response {
+        guard let record = try await notifications.notification(id: try Self.id(id, of: "notification")) else {
+            throw APIError(.notFound, "not_found")
+        }
+        return JSONResponse.make(status: .ok, json: record.jsonValue)
+    }
+
+    func replayNotification(_ id: String?) async throws -> Response {
+        let id = try Self.id(id, of: "notification")
+        switch try await notifications.replay(id: id) {
+        case .replayed:
+            return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": .string(NotificationStatus.pending.rawValue)])
+        case .notFound: throw APIError(.notFound, "not_found")
+        case .pending: throw APIError(.conflict, "not_replayable", description: "the notification is still pending: it will be sent")
+        }
+    }
+
+    /// The query parameters, refusing one the route does not know (a misspelt filter must not widen a listing).
+    static func refuseUnknownParameters(_ request: Request, known: Set<String>) throws {
+        if let unknown = request.uri.queryParameters.map({ String($0.key) }).first(where: { !known.contains($0) }) {
+            throw Self.invalid(AdminQueries.InvalidParameter(name: unknown, problem: "is not a parameter of this route"))
+        }
+    }
+
+    static func id(_ text: String?, of thing: String) throws -> Int64 {
+        guard let id = text.flatMap(Int64.init) else { throw invalid(.init(name: "id", problem: "must be a \(thing) id (a number)")) }
+        return id
     }
 
     static func invalid(_ error: AdminQueries.InvalidParameter) -> APIError {

@@ -24,6 +24,7 @@ public struct ServiceDependencies: Sendable {
     public let grants: GrantStore?
     public let oauth: OAuthClient
     public let workerSettings: EventWorker.Settings
+    public let dispatcherSettings: NotificationDispatcher.Settings
 
     public init(
         configuration: ServiceConfiguration, httpClient: HTTPClient, logger: Logger,
@@ -65,11 +66,25 @@ public struct ServiceDependencies: Sendable {
         workerSettings.retryPolicy = RetryPolicy(maxAttempts: configuration.maxAttempts)
         workerSettings.retention.days = configuration.eventRetentionDays
         self.workerSettings = workerSettings
+        dispatcherSettings = .init(configuration)
     }
 
     /// A worker on this process's connection pool.
     public func makeWorker(logger: Logger) -> EventWorker {
         EventWorker(client: postgres, settings: workerSettings, logger: logger)
+    }
+
+    /// A notification dispatcher on this process's connection pool.
+    public func makeDispatcher(logger: Logger) -> NotificationDispatcher {
+        NotificationDispatcher(client: postgres, settings: dispatcherSettings, logger: logger)
+    }
+}
+
+extension NotificationDispatcher.Settings {
+    /// RISC_NOTIFY_MAX_ATTEMPTS and RISC_NOTIFY_BACKOFF_BASE.
+    public init(_ configuration: ServiceConfiguration) {
+        self.init()
+        retryPolicy = RetryPolicy(maxAttempts: configuration.notifyMaxAttempts, baseDelay: configuration.notifyBackoffBaseSeconds, maxDelay: 3600)
     }
 }
 
@@ -97,7 +112,8 @@ public func buildApplication(
     if let adminToken = configuration.adminToken {
         AdminController<AppRequestContext>(
             adminToken: adminToken, queries: AdminQueries(client: dependencies.postgres, logger: logger),
-            queue: EventQueue(client: dependencies.postgres, logger: logger)
+            queue: EventQueue(client: dependencies.postgres, logger: logger),
+            notifications: NotificationStore(client: dependencies.postgres, logger: logger)
         ).addRoutes(to: router)
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {

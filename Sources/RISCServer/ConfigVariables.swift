@@ -100,6 +100,19 @@ public enum ConfigVariables {
         rule: "must be 0 or a number of days from \(EventRetention.Settings.minimumDays) (a redelivery must still find its SET)"
     ) { $0 == 0 || $0 >= EventRetention.Settings.minimumDays }
 
+    public static let notifyMaxAttempts = ConfigVariable<Int>(
+        "RISC_NOTIFY_MAX_ATTEMPTS", default: .value(10),
+        help: "delivery attempts before a notification to a subscriber is dead (kept, and can be replayed)",
+        rule: "must be a number from 1 to 1000"
+    ) { (1...1000).contains($0) }
+
+    public static let notifyBackoffBase = ConfigVariable<Double>(
+        "RISC_NOTIFY_BACKOFF_BASE", default: .value(1),
+        help: "seconds before a failed notification is retried; the delay doubles each attempt (with jitter, at most an hour)",
+        rule: "must be a number of seconds from 0.01 to 3600 (fractions allowed)",
+        show: { $0 == $0.rounded() ? String(Int($0)) : String($0) }
+    ) { (0.01...3600).contains($0) }
+
     public static let sessionLifetime = ConfigVariable<Int>(
         "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (an addition)",
         rule: "must be a number of seconds, at least 60", note: "14 days"

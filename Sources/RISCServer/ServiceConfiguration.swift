@@ -29,6 +29,8 @@ public struct ServiceConfiguration: Sendable {
     public var clientSecrets = ConfigVariables.clientSecretFiles.defaultValue
     public var maxAttempts = ConfigVariables.maxAttempts.defaultValue
     public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
+    public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
+    public var notifyBackoffBaseSeconds = ConfigVariables.notifyBackoffBase.defaultValue
     public var sessionLifetimeSeconds = ConfigVariables.sessionLifetime.defaultValue
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
     public var sessionCache = ConfigVariables.sessionCache.defaultValue
@@ -99,6 +101,8 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.clientSecretFiles, \.clientSecrets),
         Setting(ConfigVariables.maxAttempts, \.maxAttempts),
         Setting(ConfigVariables.eventRetentionDays, \.eventRetentionDays),
+        Setting(ConfigVariables.notifyMaxAttempts, \.notifyMaxAttempts),
+        Setting(ConfigVariables.notifyBackoffBase, \.notifyBackoffBaseSeconds),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),
         Setting(ConfigVariables.sessionCache, \.sessionCache),

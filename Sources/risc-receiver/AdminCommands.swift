@@ -15,15 +15,23 @@ struct AdminOptions: ParsableArguments {
     @OptionGroup var config: ConfigFileOption
 
     func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminQueries, EventQueue) async throws -> T) async throws -> T {
+        try await withDatabase { client, logger in
+            try await body(AdminQueries(client: client, logger: logger), EventQueue(client: client, logger: logger))
+        }
+    }
+
+    func withNotifications<T: Sendable>(_ body: @escaping @Sendable (NotificationStore) async throws -> T) async throws -> T {
+        try await withDatabase { client, logger in try await body(NotificationStore(client: client, logger: logger)) }
+    }
+
+    private func withDatabase<T: Sendable>(_ body: @escaping @Sendable (PostgresClient, Logger) async throws -> T) async throws -> T {
         let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ConfigVariables.databaseURL.value(from: reader)
         }
         let logger = try await Bootstrap.logger("risc-receiver.admin", file: config.file)
         let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         do {
-            return try await client.whileRunning(timeout: .seconds(600)) { client in
-                try await body(AdminQueries(client: client, logger: logger), EventQueue(client: client, logger: logger))
-            }
+            return try await client.whileRunning(timeout: .seconds(600)) { client in try await body(client, logger) }
         } catch is TimeoutError {
             throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
         }

@@ -192,3 +192,45 @@ enum DevClient {
         return body
     }
 }
+
+struct DevWebhookSink: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "webhook-sink",
+        abstract: "A subscriber on loopback that checks each notification's signature and prints it (one JSON line each).",
+        discussion: """
+            Add it first: risc-receiver subscribers add --url http://127.0.0.1:PORT/ --secret SECRET (or without --secret,
+            then pass the secret printed). Answers 204 to a valid delivery and 401 to a bad signature.
+            """)
+
+    @Option(help: "Port on 127.0.0.1 (1-65535).")
+    var port: Int = 8766
+
+    @Option(help: "The subscriber's whsec_ secret.")
+    var secret: String
+
+    func validate() throws {
+        guard (1...65535).contains(port) else { throw ValidationError("--port must be 1...65535") }
+        guard StandardWebhook.key(secret: secret) != nil else {
+            throw ValidationError("--secret must be whsec_ followed by 24 to 64 bytes in base64")
+        }
+    }
+
+    func run() async throws {
+        let logger = try await Bootstrap.logger("risc-receiver.dev-webhook-sink", file: nil)
+        let sink = WebhookSink(key: StandardWebhook.key(secret: secret)!, port: port)
+        let app = sink.makeApplication(logger: logger) { port in
+            logger.info("Webhook sink ready", metadata: ["url": "http://127.0.0.1:\(port)/"])
+        } onDelivery: { received in
+            let line: JSONValue =
+                if let body = received.body {
+                    ["webhook_id": received.webhookID.map(JSONValue.string) ?? .null, "verified": true, "body": body]
+                } else {
+                    ["webhook_id": received.webhookID.map(JSONValue.string) ?? .null, "verified": false,
+                     "problem": .string("\(received.rejection.map { "\($0)" } ?? "unreadable body")")]
+                }
+            // Unbuffered, so a pipe sees each delivery as it arrives.
+            FileHandle.standardOutput.write(Data((line.serialized + "\n").utf8))
+        }
+        try await app.runService()
+    }
+}

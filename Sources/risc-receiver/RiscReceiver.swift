@@ -13,7 +13,7 @@ struct RiscReceiver: AsyncParsableCommand {
         discussion: "Exit codes: 0 ok, 1 failure or not found, 2 usage or configuration error.",
         version: Self.version,
         subcommands: [
-            Serve.self, Worker.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Config.self, Vault.self, Dev.self,
+            Serve.self, Worker.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Subscribers.self, Notifications.self, Config.self, Vault.self, Dev.self,
         ]
     )
 
@@ -41,6 +41,6 @@ struct RiscReceiver: AsyncParsableCommand {
 struct Dev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "A local stand-in for Google, for development and tests.",
-        subcommands: [DevTransmitterCommand.self, DevSend.self, DevIDToken.self]
+        subcommands: [DevTransmitterCommand.self, DevSend.self, DevIDToken.self, DevWebhookSink.self]
     )
 }

@@ -44,8 +44,18 @@ struct Serve: AsyncParsableCommand {
             configuration: configuration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings)
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
+        // The worker's jobs: applying waiting events, and delivering the notifications of actions (SPEC §10).
         let worker: [any Service] =
-            noWorker ? [] : [AfterListening(listening.stream, dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")))]
+            noWorker
+            ? []
+            : [
+                AfterListening(
+                    listening.stream,
+                    [
+                        dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")),
+                        dependencies.makeDispatcher(logger: Logger(label: "risc-receiver.notifications")),
+                    ])
+            ]
         let expected = (try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory))?.migrations.map(\.version)
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
@@ -92,14 +102,14 @@ struct Serve: AsyncParsableCommand {
     }
 }
 
-/// Runs a service once `signal` ends (the server listens), or not at all if shutdown comes first.
+/// Runs services side by side once `signal` ends (the server listens), or not at all if shutdown comes first.
 struct AfterListening: Service {
     let signal: AsyncStream<Void>
-    let service: any Service
+    let services: [any Service]
 
-    init(_ signal: AsyncStream<Void>, _ service: any Service) {
+    init(_ signal: AsyncStream<Void>, _ services: [any Service]) {
         self.signal = signal
-        self.service = service
+        self.services = services
     }
 
     func run() async throws {
@@ -107,13 +117,15 @@ struct AfterListening: Service {
             for await _ in signal {}
         }
         guard !Task.isShuttingDownGracefully, !Task.isCancelled else { return }
-        try await service.run()
+        try await withThrowingDiscardingTaskGroup { group in
+            for service in services { group.addTask { try await service.run() } }
+        }
     }
 }
 
 struct Worker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a worker only: apply stored events to sessions, grants and accounts.", discussion: EnvironmentHelp.worker)
+        abstract: "Run a worker only: apply stored events to sessions, grants and accounts, and deliver notifications.", discussion: EnvironmentHelp.worker)
 
     @Option(help: "Events claimed per transaction.")
     var batchSize: Int = 500
@@ -136,11 +148,14 @@ struct Worker: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let (databaseURL, maxAttempts, retentionDays, shutdownTimeout) = try await Bootstrap.configuration(file: config.file) {
+        let (databaseURL, maxAttempts, retentionDays, shutdownTimeout, notifyRetries) = try await Bootstrap.configuration(file: config.file) {
             reader throws(ServiceConfiguration.Invalid) in
             (
                 try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.maxAttempts.value(from: reader),
-                try ConfigVariables.eventRetentionDays.value(from: reader), try ConfigVariables.shutdownTimeout.value(from: reader)
+                try ConfigVariables.eventRetentionDays.value(from: reader), try ConfigVariables.shutdownTimeout.value(from: reader),
+                RetryPolicy(
+                    maxAttempts: try ConfigVariables.notifyMaxAttempts.value(from: reader),
+                    baseDelay: try ConfigVariables.notifyBackoffBase.value(from: reader), maxDelay: 3600)
             )
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
@@ -155,7 +170,11 @@ struct Worker: AsyncParsableCommand {
         if let metricsPort {
             services.append(.init(service: buildMetricsApplication(host: metricsHost, port: metricsPort, postgres: postgres, logger: logger)))
         }
+        var dispatcherSettings = NotificationDispatcher.Settings()
+        dispatcherSettings.retryPolicy = notifyRetries
+        let dispatcher = NotificationDispatcher(client: postgres, settings: dispatcherSettings, logger: logger)
         services.append(.init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup))
+        services.append(.init(service: dispatcher, successTerminationBehavior: .gracefullyShutdownGroup))
         try await Bootstrap.runUntilSignalled(services, shutdownTimeout: shutdownTimeout, logger: logger)
     }
 }

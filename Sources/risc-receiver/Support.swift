@@ -179,8 +179,10 @@ enum EnvironmentHelp {
     static let database = ConfigVariables.environmentHelp([ConfigVariables.databaseURL] + ConfigVariables.logging)
     static let serve = ConfigVariables.environmentHelp(ConfigVariables.serve)
     static let worker = ConfigVariables.environmentHelp(
-        [ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays, ConfigVariables.shutdownTimeout]
-            + ConfigVariables.logging)
+        [
+            ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
+            ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.shutdownTimeout,
+        ] + ConfigVariables.logging)
     static let migrate = ConfigVariables.environmentHelp(
         [ConfigVariables.databaseURL, ConfigVariables.migrationsDirectory] + ConfigVariables.logging)
     static let stream = ConfigVariables.environmentHelp([ConfigVariables.serviceAccountFile, ConfigVariables.managementURL])

@@ -1,0 +1,183 @@
+import ArgumentParser
+import Foundation
+import RISC
+import RISCServer
+import RISCStore
+
+/// Subscribers: the app's services told of every action (SPEC §10).
+struct Subscribers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The app's services notified of actions (Standard Webhooks): add, list, remove.",
+        subcommands: [SubscribersAdd.self, SubscribersList.self, SubscribersRemove.self])
+}
+
+struct SubscribersAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add", abstract: "Add a subscriber; prints its id and secret (shown this once).", discussion: EnvironmentHelp.database)
+
+    @Option(help: "Where notifications are POSTed: https://, or http:// on loopback.") var url: String
+    @Option(help: "whsec_ and 24 to 64 bytes in base64 (default: a new random one).") var secret: String?
+    @Option(help: "Action kinds to be told of, comma-separated (default: all): \(ActionKind.notified.map(\.rawValue).joined(separator: ", ")).")
+    var actions: String?
+    @OptionGroup var options: AdminOptions
+
+    func subscriber() throws(AdminQueries.InvalidParameter) -> NotificationStore.NewSubscriber {
+        try NotificationStore.NewSubscriber(
+            url: url, secret: secret, actions: actions.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
+    }
+
+    func validate() throws {
+        do {
+            _ = try subscriber()
+        } catch {
+            throw ValidationError("--\(error.description)")
+        }
+    }
+
+    func run() async throws {
+        let subscriber = try subscriber()
+        let id = try await options.withNotifications { store in try await store.add(subscriber) }
+        if options.json { return options.printJSON(["id": .number(Double(id)), "secret": .string(subscriber.secret)]) }
+        print("Subscriber \(id) added: \(subscriber.url)")
+        print("Secret (shown once; the subscriber verifies deliveries with it): \(subscriber.secret)")
+    }
+}
+
+struct SubscribersList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Every subscriber (never its secret).", discussion: EnvironmentHelp.database)
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let subscribers = try await options.withNotifications { store in try await store.subscribers() }
+        if options.json { return options.printJSON(["subscribers": .array(subscribers.map(\.jsonValue))]) }
+        if subscribers.isEmpty { return print("(no subscribers)") }
+        print(Table.render(
+            headers: ["ID", "URL", "ACTIONS", "PENDING", "DEAD", "ADDED"],
+            rows: subscribers.map { subscriber in
+                [
+                    String(subscriber.id), subscriber.url, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
+                    String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
+                ]
+            }))
+    }
+}
+
+struct SubscribersRemove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove", abstract: "Remove a subscriber and its notifications (undelivered ones are not sent).", discussion: EnvironmentHelp.database)
+    @Argument(help: "The subscriber id.") var id: Int64
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let id = self.id
+        guard try await options.withNotifications({ store in try await store.remove(subscriber: id) }) else {
+            throw Bootstrap.fail("no subscriber \(id)")
+        }
+        if options.json { return options.printJSON(["removed": .number(Double(id))]) }
+        print("Subscriber \(id) removed.")
+    }
+}
+
+/// Notifications and their delivery (SPEC §10).
+struct Notifications: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Notifications to subscribers: list, show, replay.", subcommands: [NotificationsList.self, NotificationsShow.self, NotificationsReplay.self])
+}
+
+struct NotificationsList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Notifications, newest first.", discussion: EnvironmentHelp.database)
+
+    @Option(help: "\(NotificationStatus.allCases.map(\.rawValue).joined(separator: ", ")).") var status: String?
+    @Option(help: "A subscriber id.") var subscriber: String?
+    @Option(help: "The Google account sub.") var sub: String?
+    @Option(help: "Notifications per page (1-500).") var limit: String?
+    @Option(help: "The next cursor printed by the previous page.") var cursor: String?
+    @OptionGroup var options: AdminOptions
+
+    func filter() throws(AdminQueries.InvalidParameter) -> NotificationStore.Filter {
+        try NotificationStore.Filter.parse(status: status, subscriber: subscriber, sub: sub, limit: limit, cursor: cursor)
+    }
+
+    func validate() throws {
+        do {
+            _ = try filter()
+        } catch {
+            throw ValidationError("--\(error.description)")
+        }
+    }
+
+    func run() async throws {
+        let filter = try filter()
+        let page = try await options.withNotifications { store in try await store.notifications(filter) }
+        if options.json { return options.printJSON(page.jsonValue) }
+        if page.notifications.isEmpty { return print("(no notifications)") }
+        print(Table.render(
+            headers: ["ID", "OCCURRED", "TYPE", "SUB", "SUBSCRIBER", "STATUS", "ATTEMPTS", "LAST ERROR"],
+            rows: page.notifications.map { record in
+                [
+                    String(record.id), Table.text(.timestamp(record.notification.occurredAt)), record.notification.kind,
+                    record.notification.sub ?? "-", String(record.subscriberID), record.status.rawValue, String(record.attempts),
+                    record.lastError ?? "-",
+                ]
+            }))
+        if let next = page.nextCursor {
+            let filters: [(String, String?)] = [
+                ("status", status), ("subscriber", subscriber), ("sub", sub), ("limit", limit), ("cursor", next),
+            ]
+            let options = filters.compactMap { name, value in value.map { "--\(name) \(Table.shellQuoted($0))" } }
+            print("\nmore: " + (["risc-receiver notifications list"] + options).joined(separator: " "))
+        }
+    }
+}
+
+struct NotificationsShow: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show", abstract: "One notification: the body sent, its webhook-id and delivery.", discussion: EnvironmentHelp.database)
+    @Argument(help: "The notification id.") var id: Int64
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let id = self.id
+        guard let record = try await options.withNotifications({ store in try await store.notification(id: id) }) else {
+            throw Bootstrap.fail("no notification \(id)")
+        }
+        if options.json { return options.printJSON(record.jsonValue) }
+        print(Table.lines(record.jsonValue))
+    }
+}
+
+struct NotificationsReplay: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "replay", abstract: "Send a notification again (same webhook-id), or every dead one with --dead.",
+        discussion: EnvironmentHelp.database)
+
+    @Argument(help: "The notification id.") var id: Int64?
+    @Flag(help: "Replay every dead notification.") var dead = false
+    @OptionGroup var options: AdminOptions
+
+    func validate() throws {
+        if id != nil && dead { throw ValidationError("give a notification id or --dead, not both") }
+        if id == nil && !dead { throw ValidationError("give a notification id, or --dead") }
+    }
+
+    func run() async throws {
+        let id = self.id
+        let (replayed, problem) = try await options.withNotifications { store -> ([Int64], String?) in
+            let ids: [Int64]
+            if let id { ids = [id] } else { ids = try await store.deadIDs() }
+            var replayed: [Int64] = []
+            for candidate in ids {
+                switch try await store.replay(id: candidate) {
+                case .replayed: replayed.append(candidate)
+                case .notFound where id != nil: return ([], "no notification \(candidate)")
+                case .pending where id != nil: return ([], "notification \(candidate) is still pending: it will be sent")
+                case .notFound, .pending: break
+                }
+            }
+            return (replayed, nil)
+        }
+        if let problem { throw Bootstrap.fail(problem) }
+        if options.json { return options.printJSON(["replayed": .array(replayed.map { .number(Double($0)) })]) }
+        print("Replayed \(replayed.count) notification\(replayed.count == 1 ? "" : "s").")
+    }
+}
