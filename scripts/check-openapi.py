@@ -29,6 +29,13 @@ if len(sys.argv) > 2:
         if spec is None:
             problems.append(f"{response['method']} {response['path']}: status {response['status']} is not documented")
             continue
+        if "content" not in spec:
+            # A response documented without a body (204) must have none.
+            if response["body"] in (None, {}, ""):
+                checked += 1
+            else:
+                problems.append(f"{response['method']} {response['path']} {response['status']}: a body where none is documented")
+            continue
         schema = spec["content"]["application/json"]["schema"]
         # Resolve $refs against the document itself (JSON Schema 2020-12, as OpenAPI 3.1 uses).
         wrapped = dict(schema)

@@ -61,6 +61,15 @@ struct VocabularyTests {
             // Only events left waiting wake the workers.
             let trigger = try await Self.texts("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'risc_events_inserted'", on: harness.database)
             #expect(trigger.map { Self.literals($0.split(separator: "WHEN").last ?? "") } == [Set(EventStatus.waiting.map(\.rawValue))])
+            // Notifications are written for exactly the notified kinds.
+            let notify = try #require(
+                try await Self.texts("SELECT prosrc FROM pg_proc WHERE proname = 'risc_notify_subscribers'", on: harness.database).first)
+            let notified = notify.matches(of: /a\.kind IN \(([^)]*)\)/).map { Self.literals($0.output.1) }
+            #expect(notified == [Set(ActionKind.notified.map(\.rawValue))])
+            let notificationChecks = try await Self.texts(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'risc_notifications'::regclass AND contype = 'c'",
+                on: harness.database)
+            #expect(notificationChecks.map { Self.literals($0[...]) } == [Set(NotificationStatus.allCases.map(\.rawValue))])
         }
     }
 
@@ -74,5 +83,7 @@ struct VocabularyTests {
         #expect(strings(schemas["Action"]?["properties"]?["kind"]?["enum"]) == ActionKind.allCases.map(\.rawValue))
         #expect(Set(strings(schemas["Stats"]?["properties"]?["by_status"]?["required"])) == Self.statuses)
         #expect(schemas["Replayed"]?["properties"]?["status"]?["const"] == .string(EventStatus.pending.rawValue))
+        #expect(strings(schemas["NotifiedKind"]?["enum"]) == ActionKind.notified.map(\.rawValue))
+        #expect(strings(schemas["NotificationStatus"]?["enum"]) == NotificationStatus.allCases.map(\.rawValue))
     }
 }

@@ -1,0 +1,510 @@
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import PostgresNIO
+import RISC
+import RISCStore
+import RISCWorker
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+/// A subscriber on loopback, as an app's service would run one: it checks every delivery's Standard Webhooks
+/// signature (with its own HMAC, not the service's code), records it, and answers as the test says.
+final class TestSubscriber: Sendable {
+    struct Delivery: Sendable {
+        var webhookID: String
+        var timestamp: String
+        var signature: String
+        var body: String
+        var verified: Bool
+        var json: JSONValue { (try? JSONValue.parse(Data(body.utf8))) ?? .null }
+        var sub: String? { json["sub"]?.stringValue }
+    }
+
+    enum Answer: Sendable {
+        case status(Int)
+        /// Answers 200 only after this long (past the dispatcher's timeout: no answer in time).
+        case hang(Duration)
+    }
+
+    let secret = StandardWebhook.generateSecret()
+    /// Every request, in the order they arrived.
+    let received = Mutex<[Delivery]>([])
+    /// The answer to a delivery, given how many times its webhook-id has been received (1 the first time).
+    let answer: Mutex<@Sendable (Delivery, Int) -> Answer>
+
+    init(answer: @escaping @Sendable (Delivery, Int) -> Answer = { _, _ in .status(204) }) {
+        self.answer = Mutex(answer)
+    }
+
+    var deliveries: [Delivery] { received.withLock { $0 } }
+    /// Deliveries the subscriber accepted (2xx), in order.
+    let accepted = Mutex<[Delivery]>([])
+    /// Set when the test is done with the subscriber: hanging answers end.
+    let finished = Atomic<Bool>(false)
+
+    func verify(id: String, timestamp: String, signature: String, body: String) -> Bool {
+        let key = SymmetricKey(data: Data(base64Encoded: String(secret.dropFirst("whsec_".count)))!)
+        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(id).\(timestamp).\(body)".utf8), using: key)
+        guard let seconds = Double(timestamp), abs(seconds - Date().timeIntervalSince1970) < 300 else { return false }
+        return signature.split(separator: " ").contains { $0 == "v1," + Data(mac).base64EncodedString() }
+    }
+
+    /// Serves on 127.0.0.1 while `body` runs, with the URL to subscribe.
+    func serving<T: Sendable>(_ body: @Sendable (String) async throws -> T) async throws -> T {
+        let router = Router()
+        router.post("/hook") { request, _ -> Response in
+            var request = request
+            let bytes = String(buffer: try await request.collectBody(upTo: 1 << 20))
+            func header(_ name: String) -> String { request.headers.first { $0.name.canonicalName == name }?.value ?? "" }
+            let id = header("webhook-id")
+            let timestamp = header("webhook-timestamp")
+            let signature = header("webhook-signature")
+            let delivery = Delivery(
+                webhookID: id, timestamp: timestamp, signature: signature, body: bytes,
+                verified: self.verify(id: id, timestamp: timestamp, signature: signature, body: bytes))
+            let count = self.received.withLock { received in
+                received.append(delivery)
+                return received.filter { $0.webhookID == id }.count
+            }
+            switch self.answer.withLock({ $0 })(delivery, count) {
+            case .status(let code):
+                if (200..<300).contains(code) { self.accepted.withLock { $0.append(delivery) } }
+                return Response(status: .init(code: code))
+            case .hang(let duration):
+                // Cut short when the test is done, so shutting the server down does not wait for it.
+                let deadline = ContinuousClock.now + duration
+                while ContinuousClock.now < deadline && !self.finished.load(ordering: .relaxed) {
+                    try? await Task.sleep(for: .milliseconds(50))
+                }
+                return Response(status: .ok)
+            }
+        }
+        let (ports, port) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: nil),
+            onServerRunning: { channel in port.yield(channel.localAddress?.port ?? 0) }, logger: Harness.logger)
+        let group = ServiceGroup(configuration: .init(services: [.init(service: app)], logger: Harness.logger))
+        return try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            var iterator = ports.makeAsyncIterator()
+            let url = "http://127.0.0.1:\(await iterator.next()!)/hook"
+            do {
+                let result = try await body(url)
+                finished.store(true, ordering: .relaxed)
+                await group.triggerGracefulShutdown()
+                return result
+            } catch {
+                finished.store(true, ordering: .relaxed)
+                await group.triggerGracefulShutdown()
+                throw error
+            }
+        }
+    }
+}
+
+/// Runs `count` dispatchers on `client` while `body` runs (each as `serve` or `worker` would run one).
+func withDispatchers<T: Sendable>(
+    _ count: Int = 1, client: PostgresClient, settings: NotificationDispatcher.Settings = .fast, _ body: @Sendable () async throws -> T
+) async throws -> T {
+    let dispatchers = (0..<count).map { _ in NotificationDispatcher(client: client, settings: settings, logger: Harness.logger) }
+    let group = ServiceGroup(configuration: .init(services: dispatchers.map { .init(service: $0) }, logger: Harness.logger))
+    return try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await group.run() }
+        do {
+            let result = try await body()
+            await group.triggerGracefulShutdown()
+            return result
+        } catch {
+            await group.triggerGracefulShutdown()
+            throw error
+        }
+    }
+}
+
+extension NotificationDispatcher.Settings {
+    /// Quick retries for tests: 50 ms doubling, 4 attempts, a 1 s timeout.
+    static var fast: Self {
+        var settings = Self()
+        settings.retryPolicy = RetryPolicy(maxAttempts: 4, baseDelay: 0.05, maxDelay: 1)
+        settings.timeout = .seconds(1)
+        settings.pollInterval = .milliseconds(100)
+        return settings
+    }
+}
+
+/// Waits until `condition` holds, or fails the test after `timeout`.
+func eventually(_ what: String, timeout: Duration = .seconds(15), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    Issue.record("timed out waiting until \(what)")
+    throw SubprocessFailed(description: "timed out waiting until \(what)")
+}
+
+extension Harness {
+    func addSubscriber(_ subscriber: TestSubscriber, url: String, actions: [String]? = nil) async throws -> Int64 {
+        var body: [String: JSONValue] = ["url": .string(url), "secret": .string(subscriber.secret)]
+        if let actions { body["actions"] = .array(actions.map(JSONValue.string)) }
+        let reply = try await call(.POST, "/admin/v1/subscribers", bearer: Harness.adminToken, json: .object(body))
+        #expect(reply.status == 201, "\(reply.body)")
+        #expect(reply.json["secret"]?.stringValue == subscriber.secret)
+        return Int64(try #require(reply.json["id"]?.number))
+    }
+
+    /// (status, attempts, webhook_id) of each notification about `sub`, oldest first.
+    func notifications(sub: String) async throws -> [(status: String, attempts: Int, webhookID: String, kind: String)] {
+        var found: [(String, Int, String, String)] = []
+        for try await (status, attempts, id, kind) in try await database.query(
+            "SELECT status, attempts, webhook_id, kind FROM risc_notifications WHERE sub = \(sub) ORDER BY id"
+        ).decode((String, Int32, String, String).self) {
+            found.append((status, Int(attempts), id, kind))
+        }
+        return found
+    }
+}
+
+@Suite("Notifications to the app's services (SPEC §10)", .timeLimit(.minutes(3)))
+struct NotificationTests {
+    static var options: Harness.Options {
+        var options = Harness.Options()
+        options.worker = true
+        return options
+    }
+
+    @Test(
+        "Every action is delivered exactly once per matching subscriber, signed, with the body SPEC §10 names; nothing else is",
+        arguments: [true, false])
+    func exactlyOncePerAction(applyOnReceipt: Bool) async throws {
+        var options = Self.options
+        options.applyOnReceipt = applyOnReceipt
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let everything = TestSubscriber()
+            let revocations = TestSubscriber()
+            try await everything.serving { everythingURL in
+                try await revocations.serving { revocationsURL in
+                    _ = try await harness.addSubscriber(everything, url: everythingURL)
+                    _ = try await harness.addSubscriber(revocations, url: revocationsURL, actions: ["revoke_sessions"])
+                    try await withDispatchers(2, client: harness.database) {
+                        let hijacked = "hijacked-\(UUID().uuidString)"
+                        _ = try await harness.newSession(sub: hijacked)
+                        _ = try await harness.newSession(sub: hijacked)
+                        let hijackJTI = try await harness.sendAndWait("account-disabled", sub: hijacked) { $0.reason = "hijacking" }
+                        let quiet = "quiet-\(UUID().uuidString)"
+                        _ = try await harness.sendAndWait("sessions-revoked", sub: quiet)
+                        _ = try await harness.sendAndWait("verification", sub: nil) { $0.state = "no-notification" }
+
+                        // account-disabled (hijacking): disable_sign_in, revoke_sessions; sessions-revoked: revoke_sessions.
+                        try await eventually("three notifications are accepted") { everything.accepted.withLock { $0.count } == 3 }
+                        try await eventually("one revocation per user") { revocations.accepted.withLock { $0.count } == 2 }
+                        try await Task.sleep(for: .milliseconds(500))  // nothing more arrives
+                        #expect(everything.deliveries.count == 3, "exactly once: \(everything.deliveries.map(\.body))")
+                        #expect(revocations.deliveries.count == 2)
+                        #expect(everything.deliveries.allSatisfy { $0.verified } && revocations.deliveries.allSatisfy { $0.verified })
+                        #expect(Set(everything.deliveries.map(\.webhookID)).count == 3)
+                        #expect(Set(revocations.deliveries.compactMap { $0.json["type"]?.stringValue }) == ["revoke_sessions"])
+
+                        let hijack = everything.deliveries.filter { $0.sub == hijacked }
+                        #expect(hijack.compactMap { $0.json["type"]?.stringValue } == ["disable_sign_in", "revoke_sessions"])
+                        let revoked = try #require(hijack.last?.json)
+                        #expect(Set(revoked.objectValue?.keys.map { $0 } ?? []) == ["type", "sub", "count", "event", "occurred_at"])
+                        #expect(revoked["count"]?.number == 2, "two sessions ended: \(revoked.serialized)")
+                        #expect(revoked["event"]?["jti"]?.stringValue == hijackJTI)
+                        #expect(revoked["event"]?["type"]?.stringValue == EventType.accountDisabled.rawValue)
+                        #expect(revoked["event"]?["id"]?.number != nil)
+                        #expect(revoked["occurred_at"]?.stringValue?.hasSuffix("Z") == true)
+                        // An action that changed nothing is still notified: the app may hold state for the user.
+                        let quietDelivery = try #require(everything.deliveries.first { $0.sub == quiet })
+                        #expect(quietDelivery.json["count"]?.number == 0)
+                        // Never a secret, a token or the SET in a body.
+                        for delivery in everything.deliveries + revocations.deliveries {
+                            #expect(!delivery.body.contains(everything.secret.dropFirst(6)) && !delivery.body.contains("eyJ"))
+                        }
+                        for (status, attempts, _, _) in try await harness.notifications(sub: hijacked) {
+                            #expect(status == "delivered" && attempts == 1)
+                        }
+                    }
+                }
+            }
+            // A notification exists if and only if its action committed: one per notified action and matching subscriber.
+            for try await (missing, extra) in try await harness.database.query(
+                """
+                WITH expected AS (
+                    SELECT a.id AS action_id, s.id AS subscriber_id FROM risc_event_actions a, risc_subscribers s
+                    WHERE a.kind = ANY(\(ActionKind.notified)) AND (s.actions IS NULL OR a.kind = ANY(s.actions)))
+                SELECT (SELECT count(*) FROM expected e WHERE NOT EXISTS (
+                            SELECT 1 FROM risc_notifications n WHERE n.action_id = e.action_id AND n.subscriber_id = e.subscriber_id))::int8,
+                       (SELECT count(*) FROM risc_notifications n WHERE NOT EXISTS (
+                            SELECT 1 FROM expected e WHERE n.action_id = e.action_id AND n.subscriber_id = e.subscriber_id))::int8
+                """
+            ).decode((Int64, Int64).self) {
+                #expect(missing == 0 && extra == 0)
+            }
+        }
+    }
+
+    @Test("A rolled-back action leaves no notification")
+    func rolledBackActionNotifiesNobody() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = TestSubscriber()
+            _ = try await harness.addSubscriber(subscriber, url: "http://127.0.0.1:9/hook")
+            let sub = "rolled-back-\(UUID().uuidString)"
+            let jti = try await harness.sendAndWait("sessions-revoked", sub: sub)
+            #expect(try await harness.notifications(sub: sub).count == 1)
+            // The worker's own path: apply again inside a transaction that then fails.
+            var eventID: Int64 = 0
+            for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
+            await #expect(throws: (any Error).self) {
+                try await harness.database.transaction(logger: Harness.logger) { connection in
+                    try await connection.query(
+                        "SELECT risc_apply_actions(\([eventID]), \([Int32(0)]), \(["revoke_sessions"]), \([sub]), \([""]), \(["[]"]), '{}')",
+                        logger: Harness.logger)
+                    try await connection.query("SELECT 1/0", logger: Harness.logger)
+                }
+            }
+            #expect(try await harness.notifications(sub: sub).count == 1)
+        }
+    }
+
+    @Test("500s and timeouts are retried with the same webhook-id until a 2xx; after the last attempt it is dead, then replayed")
+    func retriesDeadLetterAndReplay() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let failing = Mutex<Set<String>>([])
+            let subscriber = TestSubscriber { delivery, count in
+                if let sub = delivery.sub, failing.withLock({ $0.contains(sub) }) { return .status(503) }
+                // Flaky: a 500, then no answer in time, then accepted.
+                switch count {
+                case 1: return .status(500)
+                case 2: return .hang(.seconds(3))
+                default: return .status(200)
+                }
+            }
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                try await withDispatchers(client: harness.database) {
+                    let flaky = "flaky-\(UUID().uuidString)"
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: flaky)
+                    try await eventually("the third attempt is accepted") { subscriber.accepted.withLock { $0.count } == 1 }
+                    let attempts = subscriber.deliveries.filter { $0.sub == flaky }
+                    #expect(attempts.count == 3)
+                    #expect(Set(attempts.map(\.webhookID)).count == 1, "the same webhook-id on every attempt")
+                    #expect(Set(attempts.map(\.body)).count == 1, "the same body on every attempt")
+                    #expect(attempts.allSatisfy { $0.verified })
+                    try await eventually("the delivery is recorded") { try await harness.notifications(sub: flaky).first?.status == "delivered" }
+                    #expect(try await harness.notifications(sub: flaky).first?.attempts == 3)
+
+                    // Always refused: dead after the last attempt (4), and it does not hold back what follows.
+                    let doomed = "doomed-\(UUID().uuidString)"
+                    failing.withLock { _ = $0.insert(doomed) }
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: doomed)
+                    try await eventually("the notification is dead") { try await harness.notifications(sub: doomed).first?.status == "dead" }
+                    #expect(try await harness.notifications(sub: doomed).first?.attempts == 4)
+                    #expect(subscriber.deliveries.filter { $0.sub == doomed }.count == 4)
+                    failing.withLock { _ = $0.remove(doomed) }
+                    _ = try await harness.sendAndWait("account-enabled", sub: doomed)
+                    try await eventually("the next one is delivered") {
+                        try await harness.notifications(sub: doomed).last?.status == "delivered"
+                    }
+
+                    // Replayed through the admin API: delivered, with the webhook-id of its failed attempts.
+                    let dead = try await harness.call(.GET, "/admin/v1/notifications?status=dead&sub=\(doomed)", bearer: Harness.adminToken)
+                    let deadID = try #require(dead.json["notifications"]?.arrayValue?.first?["id"]?.number)
+                    #expect(dead.json["notifications"]?.arrayValue?.first?["last_error"]?.stringValue == "HTTP 503")
+                    let replay = try await harness.call(.POST, "/admin/v1/notifications/\(Int64(deadID))/replay", bearer: Harness.adminToken)
+                    #expect(replay.status == 202, "\(replay.body)")
+                    try await eventually("the replay is delivered") {
+                        try await harness.notifications(sub: doomed).allSatisfy { $0.status == "delivered" }
+                    }
+                    let webhookID = try #require(try await harness.notifications(sub: doomed).first?.webhookID)
+                    #expect(subscriber.accepted.withLock { $0.filter { $0.webhookID == webhookID }.count } == 1)
+                    #expect(subscriber.deliveries.filter { $0.webhookID == webhookID }.count == 5)
+                    let again = try await harness.call(.POST, "/admin/v1/notifications/999999/replay", bearer: Harness.adminToken)
+                    #expect(again.status == 404)
+                }
+            }
+        }
+    }
+
+    @Test("One user's notifications are delivered in the order their actions were taken, across dispatchers; others are not held back")
+    func orderedPerUser() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let slow = "slow-\(UUID().uuidString)"
+            // The user's first notification is refused until the test lets it through: the later ones must wait for it.
+            let refusing = Atomic<Bool>(true)
+            let subscriber = TestSubscriber { delivery, _ in
+                let first = delivery.sub == slow && delivery.json["type"]?.stringValue == "revoke_sessions"
+                return first && refusing.load(ordering: .relaxed) ? .status(500) : .status(204)
+            }
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                var settings = NotificationDispatcher.Settings.fast
+                settings.retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 0.3, maxDelay: 1)
+                try await withDispatchers(3, client: harness.database, settings: settings) {
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: slow)
+                    _ = try await harness.sendAndWait("account-disabled", sub: slow) { $0.reason = "bulk-account" }
+                    _ = try await harness.sendAndWait("account-enabled", sub: slow)
+                    _ = try await harness.sendAndWait("account-credential-change-required", sub: slow)
+                    let other = "other-\(UUID().uuidString)"
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: other)
+                    try await eventually("the other user is not held back") { subscriber.accepted.withLock { $0.contains { $0.sub == other } } }
+                    try await eventually("the slow user's first is refused twice") {
+                        subscriber.deliveries.filter { $0.sub == slow }.count >= 2
+                    }
+                    #expect(!subscriber.accepted.withLock { $0.contains { $0.sub == slow } }, "nothing of the slow user's went ahead of the first")
+                    refusing.store(false, ordering: .relaxed)
+                    try await eventually("all of the slow user's are delivered") { subscriber.accepted.withLock { $0.filter { $0.sub == slow }.count } == 5 }
+                    let order = subscriber.accepted.withLock { $0.filter { $0.sub == slow }.compactMap { $0.json["type"]?.stringValue } }
+                    #expect(order == ["revoke_sessions", "disable_sign_in", "flag_for_review", "enable_sign_in", "require_credential_change"])
+                    let ids = try await harness.notifications(sub: slow).map(\.webhookID)
+                    #expect(subscriber.accepted.withLock { $0.filter { $0.sub == slow }.map(\.webhookID) } == ids)
+                }
+            }
+        }
+    }
+
+    @Test("kill -9 of the dispatcher mid-delivery loses nothing: another delivers it, with the same webhook-id")
+    func killedDispatcherLosesNothing() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = TestSubscriber { _, count in count == 1 ? .hang(.seconds(30)) : .status(204) }
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                let sub = "killed-\(UUID().uuidString)"
+                _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("dispatcher-\(UUID().uuidString).log").path
+                defer { try? FileManager.default.removeItem(atPath: log) }
+                var environment = ProcessInfo.processInfo.environment
+                environment["DATABASE_URL"] = harness.databaseURL
+                environment["LOG_LEVEL"] = "warning"
+                let worker = try ChildProcess.spawn(riscReceiverBinary, ["worker"], environment: environment, outputFile: log)
+                try await eventually("the dispatcher is mid-delivery") { subscriber.deliveries.count == 1 }
+                worker.kill(SIGKILL)
+                #expect(try await worker.wait() == 128 + SIGKILL)
+                #expect(try await harness.notifications(sub: sub).first?.status == "pending")
+                // Its lease (the 10 s timeout and 5 s) runs out; then another dispatcher sends it again.
+                try await withDispatchers(client: harness.database) {
+                    try await eventually("another dispatcher delivers it", timeout: .seconds(40)) {
+                        try await harness.notifications(sub: sub).first?.status == "delivered"
+                    }
+                }
+                let deliveries = subscriber.deliveries
+                #expect(deliveries.count == 2)
+                #expect(Set(deliveries.map(\.webhookID)).count == 1)
+                #expect(deliveries.allSatisfy { $0.verified })
+            }
+        }
+    }
+
+    @Test("subscribers add|list|remove and notifications list|show|replay from the CLI; https only, except on loopback")
+    func commandLine() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let environment = ["DATABASE_URL": harness.databaseURL, "LOG_LEVEL": "warning"]
+            func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+                try await runRiscReceiver(arguments, environment: environment)
+            }
+            let added = try await run(["subscribers", "add", "--url", "https://hooks.example.com/risc", "--actions", "revoke_sessions,disable_sign_in", "--json"])
+            #expect(added.status == 0, "\(added.output)")
+            let json = try JSONValue.parse(Data(added.output.utf8))
+            #expect(Set(json.objectValue?.keys.map { $0 } ?? []) == ["id", "secret"])
+            let secret = try #require(json["secret"]?.stringValue)
+            #expect(StandardWebhook.key(secret: secret) != nil, "a generated whsec_ secret")
+            let id = Int64(try #require(json["id"]?.number))
+
+            let list = try await run(["subscribers", "list", "--json"])
+            #expect(list.status == 0)
+            #expect(!list.output.contains(secret.dropFirst(6)), "a listing never shows a secret")
+            let listed = try JSONValue.parse(Data(list.output.utf8))["subscribers"]?.arrayValue?.first
+            #expect(listed?["url"]?.stringValue == "https://hooks.example.com/risc")
+            #expect(listed?["actions"] == ["revoke_sessions", "disable_sign_in"])
+            #expect(try await run(["subscribers", "list"]).output.contains("revoke_sessions,disable_sign_in"))
+
+            for (arguments, message) in [
+                (["--url", "http://hooks.example.com/risc"], "https"),
+                (["--url", "https://hooks.example.com/risc", "--secret", "plain-secret"], "whsec_"),
+                (["--url", "https://hooks.example.com/risc", "--actions", "record_verification"], "record_verification"),
+            ] {
+                let refused = try await run(["subscribers", "add"] + arguments)
+                #expect(refused.status == 2, "\(arguments): \(refused.output)")
+                #expect(refused.output.contains(message) && refused.output.contains("Usage"), "\(refused.output)")
+            }
+            for loopback in ["http://127.0.0.1:9/hook", "http://localhost:9/hook", "http://[::1]:9/hook"] {
+                #expect(try await run(["subscribers", "add", "--url", loopback]).status == 0, "\(loopback)")
+            }
+            let refusedByAPI = try await harness.call(
+                .POST, "/admin/v1/subscribers", bearer: Harness.adminToken, json: ["url": "http://10.0.0.1/hook"])
+            #expect(refusedByAPI.status == 400 && refusedByAPI.json["parameter"]?.stringValue == "url")
+
+            // A revocation for the https subscriber: pending (no dispatcher runs here), listed and shown.
+            let sub = "cli-\(UUID().uuidString)"
+            _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+            let page = try await run(["notifications", "list", "--sub", sub, "--subscriber", String(id), "--json"])
+            let notification = try #require(try JSONValue.parse(Data(page.output.utf8))["notifications"]?.arrayValue?.first)
+            #expect(notification["status"]?.stringValue == "pending")
+            #expect(notification["body"]?["type"]?.stringValue == "revoke_sessions")
+            #expect(notification["body"]?["sub"]?.stringValue == sub)
+            let notificationID = Int64(try #require(notification["id"]?.number))
+            let show = try await run(["notifications", "show", String(notificationID)])
+            let webhookID = try #require(notification["webhook_id"]?.stringValue)
+            #expect(show.status == 0 && show.output.contains(webhookID))
+            let pendingReplay = try await run(["notifications", "replay", String(notificationID)])
+            #expect(pendingReplay.status == 1 && pendingReplay.output.contains("still pending"), "\(pendingReplay.output)")
+            try await harness.database.query("UPDATE risc_notifications SET status = 'dead' WHERE id = \(notificationID)")
+            let replayed = try await run(["notifications", "replay", "--dead", "--json"])
+            #expect(try JSONValue.parse(Data(replayed.output.utf8))["replayed"] == [.number(Double(notificationID))])
+            #expect(try await run(["notifications", "list", "--status", "nope"]).status == 2)
+
+            #expect(try await run(["subscribers", "remove", String(id)]).status == 0)
+            var left: Int64 = -1
+            for try await count in try await harness.database.query(
+                "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(id)").decode(Int64.self) { left = count }
+            #expect(left == 0, "its notifications go with it")
+            #expect(try await harness.notifications(sub: sub).count == 3, "the loopback subscribers' stay")
+            #expect(try await run(["subscribers", "remove", String(id)]).status == 1)
+        }
+    }
+
+    @Test("A delivery verifies with the Standard Webhooks library from PyPI")
+    func standardWebhooksLibraryAgrees() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = TestSubscriber()
+            let delivery = try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                return try await withDispatchers(client: harness.database) {
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: "pypi-\(UUID().uuidString)")
+                    try await eventually("a delivery arrives") { !subscriber.deliveries.isEmpty }
+                    return try #require(subscriber.deliveries.first)
+                }
+            }
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("standardwebhooks-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let input: JSONValue = [
+                "secret": .string(subscriber.secret), "body": .string(delivery.body),
+                "headers": [
+                    "webhook-id": .string(delivery.webhookID), "webhook-timestamp": .string(delivery.timestamp),
+                    "webhook-signature": .string(delivery.signature),
+                ],
+            ]
+            let inputPath = directory.appendingPathComponent("input.json").path
+            #expect(FileManager.default.createFile(atPath: inputPath, contents: Data(input.serialized.utf8)))
+            let script = """
+                import json, sys
+                from standardwebhooks.webhooks import Webhook
+                given = json.load(open(sys.argv[1]))
+                payload = Webhook(given["secret"]).verify(given["body"], given["headers"])
+                try:
+                    Webhook(given["secret"]).verify(given["body"].replace("revoke", "revoce"), given["headers"])
+                    print("a tampered body verified")
+                except Exception:
+                    print("verified", payload["type"])
+                """
+            let log = directory.appendingPathComponent("out.log").path
+            let status = try await ChildProcess.spawn("/usr/bin/env", ["python3", "-c", script, inputPath], outputFile: log).wait()
+            let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(status == 0 && output.contains("verified revoke_sessions"), "\(output)")
+        }
+    }
+}
