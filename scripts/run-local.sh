@@ -121,6 +121,11 @@ See what was stored and done (the admin commands read .local/env):
 Register the webhook with the transmitter's fake management API, and prove the round trip:
   $bin stream update --url http://127.0.0.1:$RISC_PORT/risc/events
   $bin stream verify --wait --timeout 10
+Watch the app's services being told of each action (a subscriber that checks signatures and prints deliveries):
+  secret=\$($bin subscribers add --url http://127.0.0.1:8766/ --json | sed -E 's/.*"secret":"([^"]+)".*/\1/')
+  $bin dev webhook-sink --port 8766 --secret "\$secret" &
+  $bin dev send account-disabled --sub 42 --reason hijacking   # the sink prints disable_sign_in, then revoke_sessions
+  $bin notifications list
 
 TXT
 "$bin" serve
