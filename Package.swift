@@ -69,11 +69,11 @@ let package = Package(
         ),
         .executableTarget(name: "embed-migrations"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
-        // The worker: turns stored events into account actions, and delivers notifications of them.
+        // The worker: turns stored events into account actions, delivers notifications of them, and probes delivery.
         .target(
             name: "RISCWorker",
             dependencies: [
-                "RISC", "RISCStore", "RISCMetrics",
+                "RISC", "RISCKeys", "RISCStore", "RISCMetrics",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

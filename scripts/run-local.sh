@@ -66,6 +66,8 @@ export RISC_SERVICE_TOKEN RISC_VAULT_KEY RISC_ADMIN_TOKEN
 export GOOGLE_CLIENT_SECRET_FILES="$state/client_secret.json"
 export GOOGLE_SERVICE_ACCOUNT_FILE="$state/service-account.json"
 export RISC_MANAGEMENT_URL="http://127.0.0.1:$TRANSMITTER_PORT/v1beta"
+# The delivery probe (SPEC §9): every 30 s, a verification SET through the transmitter's fake management API.
+export RISC_VERIFY_INTERVAL=30 RISC_DELIVERY_URL="http://127.0.0.1:$RISC_PORT/risc/events"
 # Everything the server reads, for the other commands in another terminal (admin, stream, config check,
 # vault rotate): set -a; . .local/env; set +a
 cat >"$state/env" <<ENV
@@ -81,6 +83,8 @@ RISC_VAULT_KEY=$RISC_VAULT_KEY
 GOOGLE_CLIENT_SECRET_FILES=$GOOGLE_CLIENT_SECRET_FILES
 GOOGLE_SERVICE_ACCOUNT_FILE=$GOOGLE_SERVICE_ACCOUNT_FILE
 RISC_MANAGEMENT_URL=$RISC_MANAGEMENT_URL
+RISC_VERIFY_INTERVAL=$RISC_VERIFY_INTERVAL
+RISC_DELIVERY_URL=$RISC_DELIVERY_URL
 ENV
 umask 022
 
@@ -121,6 +125,9 @@ See what was stored and done (the admin commands read .local/env):
 Register the webhook with the transmitter's fake management API, and prove the round trip:
   $bin stream update --url http://127.0.0.1:$RISC_PORT/risc/events
   $bin stream verify --wait --timeout 10
+  $bin stream health          # healthy once a probe (every 30 s) has seen its SET arrive; exit 1 and the problems otherwise
+  $bin stream disable         # then, within a minute or so: stream health says the stream is disabled (exit 1)
+  $bin stream enable
 Watch the app's services being told of each action (a subscriber that checks signatures and prints deliveries):
   secret=\$($bin subscribers add --url http://127.0.0.1:8766/ --json | sed -E 's/.*"secret":"([^"]+)".*/\1/')
   $bin dev webhook-sink --port 8766 --secret "\$secret" &

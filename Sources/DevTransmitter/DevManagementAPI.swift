@@ -7,7 +7,8 @@ import RISCKeys
 import Synchronization
 
 /// A fake of Google's RISC management API (SPEC §6, `stream` commands), backed by a service account whose key
-/// file this transmitter writes. `stream:verify` really pushes a verification SET; a disabled stream sends nothing.
+/// file this transmitter writes. `stream:verify` really pushes a verification SET, after answering, as Google does;
+/// a disabled stream sends nothing. Tests break delivery through it (`stream:update` elsewhere, a disabled status).
 final class DevManagementAPI: Sendable {
     struct Stream {
         var url: String?
@@ -110,12 +111,13 @@ extension DevTransmitter {
                 guard let url = stream.url else {
                     return DevManagementAPI.googleError(.notFound, "No stream configuration exists for this project.", "NOT_FOUND")
                 }
-                // Like Google: a disabled stream neither sends nor buffers.
+                // Like Google: accepted at once and delivered afterwards, so a delivery that fails (the stream points
+                // elsewhere, the receiver is down) fails silently; a disabled stream neither sends nor buffers.
                 if stream.enabled {
                     var verification = SETRequest(type: "verification")
                     verification.state = body["state"]?.stringValue
                     verification.target = url
-                    _ = try await self.send(verification)
+                    Task { _ = try? await self.send(verification) }
                 }
                 return Self.json([:])
             }

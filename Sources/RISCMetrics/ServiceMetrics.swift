@@ -72,6 +72,19 @@ public enum ServiceMetrics {
         Timer(label: "risc_notification_delivery_duration_seconds", preferredDisplayUnit: .seconds).recordNanoseconds(duration.nanoseconds)
     }
 
+    /// Delivery health (SPEC §9), as the probes recorded it.
+    public static func deliveryHealth(healthy: Bool, lastVerified: Date?, roundTripSeconds: Double?, streamEnabled: Bool?) {
+        Gauge(label: "risc_delivery_healthy").record(healthy ? 1 : 0)
+        if let lastVerified { Gauge(label: "risc_delivery_last_verified_timestamp_seconds").record(lastVerified.timeIntervalSince1970) }
+        if let roundTripSeconds { Gauge(label: "risc_delivery_round_trip_seconds").record(roundTripSeconds) }
+        if let streamEnabled { Gauge(label: "risc_stream_enabled").record(streamEnabled ? 1 : 0) }
+    }
+
+    /// A probe whose verification SET did not arrive within the interval.
+    public static func deliveryProbeTimedOut() {
+        Counter(label: "risc_delivery_probes_timed_out_total").increment()
+    }
+
     /// A sign-in: `success`, `invalid_token`, `account_disabled` or `unavailable`.
     public static func signIn(outcome: String) {
         Counter(label: "risc_signins_total", dimensions: [("outcome", outcome)]).increment()

@@ -113,6 +113,19 @@ public enum ConfigVariables {
         show: { $0 == $0.rounded() ? String(Int($0)) : String($0) }
     ) { (0.01...3600).contains($0) }
 
+    public static let verifyInterval = ConfigVariable<Double>(
+        "RISC_VERIFY_INTERVAL", default: .value(0),
+        help: "seconds between delivery probes (a verification SET asked of Google's management API, waited for end to end); 0 is off",
+        rule: "must be 0 (off) or a number of seconds from 1 to 86400",
+        note: "needs `RISC_DELIVERY_URL` and `GOOGLE_SERVICE_ACCOUNT_FILE`",
+        show: { $0 == $0.rounded() ? String(Int($0)) : String($0) }
+    ) { $0 == 0 || (1...86400).contains($0) }
+
+    public static let deliveryURL = ConfigVariable<String>(
+        "RISC_DELIVERY_URL", default: .unset,
+        help: "the public URL Google should deliver SETs to (ending in /risc/events), which the probe checks the stream against",
+        rule: httpsRule, note: "required with `RISC_VERIFY_INTERVAL`", valid: URLPolicy.isHTTPSOrLoopback)
+
     public static let sessionLifetime = ConfigVariable<Int>(
         "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (an addition)",
         rule: "must be a number of seconds, at least 60", note: "14 days"

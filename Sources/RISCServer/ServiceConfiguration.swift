@@ -11,6 +11,11 @@ public struct ServiceConfiguration: Sendable {
         public let variable: String
         public let problem: String
         public var description: String { "\(variable): \(problem)" }
+
+        public init(variable: String, problem: String) {
+            self.variable = variable
+            self.problem = problem
+        }
     }
 
     public var databaseURL: String
@@ -31,6 +36,9 @@ public struct ServiceConfiguration: Sendable {
     public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
     public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
     public var notifyBackoffBaseSeconds = ConfigVariables.notifyBackoffBase.defaultValue
+    /// Seconds between delivery probes; 0 is off.
+    public var verifyIntervalSeconds = ConfigVariables.verifyInterval.defaultValue
+    public var deliveryURL: String?
     public var sessionLifetimeSeconds = ConfigVariables.sessionLifetime.defaultValue
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
     public var sessionCache = ConfigVariables.sessionCache.defaultValue
@@ -57,6 +65,9 @@ public struct ServiceConfiguration: Sendable {
         }
         if serviceToken != nil, vaultKey == nil {
             throw Invalid(variable: ConfigVariables.vaultKey.name, problem: "is required when RISC_SERVICE_TOKEN enables the vault")
+        }
+        if verifyIntervalSeconds > 0, deliveryURL == nil {
+            throw Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
         }
     }
 
@@ -103,6 +114,8 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.eventRetentionDays, \.eventRetentionDays),
         Setting(ConfigVariables.notifyMaxAttempts, \.notifyMaxAttempts),
         Setting(ConfigVariables.notifyBackoffBase, \.notifyBackoffBaseSeconds),
+        Setting(ConfigVariables.verifyInterval, \.verifyIntervalSeconds),
+        Setting(ConfigVariables.deliveryURL, \.deliveryURL),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),
         Setting(ConfigVariables.sessionCache, \.sessionCache),

@@ -10,6 +10,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import RISC
+import RISCKeys
 import RISCStore
 import RISCWorker
 import RISCServer
@@ -28,8 +29,16 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let configuration = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
-            try ServiceConfiguration(reader: reader)
+        let (configuration, management) = try await Bootstrap.configuration(file: config.file) {
+            reader throws(ServiceConfiguration.Invalid) in
+            let configuration = try ServiceConfiguration(reader: reader)
+            // The delivery probe talks to Google's management API, with the stream commands' settings.
+            guard configuration.verifyIntervalSeconds > 0 else { return (configuration, nil as RISCManagement?) }
+            guard let key = try ConfigVariables.serviceAccountFile.optional(from: reader) else {
+                throw ServiceConfiguration.Invalid(
+                    variable: ConfigVariables.serviceAccountFile.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
+            }
+            return (configuration, RISCManagement(baseURL: try ConfigVariables.managementURL.value(from: reader), key: key))
         }
         // Before anything starts: a port in use is then one line at once, not after the pool and the key fetches
         // have started and must wind down again.
@@ -45,17 +54,22 @@ struct Serve: AsyncParsableCommand {
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
         // The worker's jobs: applying waiting events, and delivering the notifications of actions (SPEC §10).
-        let worker: [any Service] =
+        var background: [any Service] =
             noWorker
             ? []
             : [
-                AfterListening(
-                    listening.stream,
-                    [
-                        dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")),
-                        dependencies.makeDispatcher(logger: Logger(label: "risc-receiver.notifications")),
-                    ])
+                dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")),
+                dependencies.makeDispatcher(logger: Logger(label: "risc-receiver.notifications")),
             ]
+        // Delivery health (SPEC §9): in every serve process, worker or not; one of them probes at a time.
+        if let management, let deliveryURL = configuration.deliveryURL {
+            background.append(
+                DeliveryProber(
+                    client: dependencies.postgres, management: management,
+                    settings: .init(interval: .milliseconds(Int64(configuration.verifyIntervalSeconds * 1000)), deliveryURL: deliveryURL),
+                    logger: Logger(label: "risc-receiver.delivery-probe")))
+        }
+        let worker: [any Service] = background.isEmpty ? [] : [AfterListening(listening.stream, background)]
         let expected = (try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory))?.migrations.map(\.version)
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")

@@ -11,7 +11,7 @@ struct StreamCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stream",
         abstract: "Register and check the webhook with Google's RISC management API (GOOGLE_SERVICE_ACCOUNT_FILE).",
-        subcommands: [StreamGet.self, StreamUpdate.self, StreamEnable.self, StreamDisable.self, StreamStatus.self, StreamVerify.self])
+        subcommands: [StreamGet.self, StreamUpdate.self, StreamEnable.self, StreamDisable.self, StreamStatus.self, StreamVerify.self, StreamHealth.self])
 }
 
 struct StreamOptions: ParsableArguments {
@@ -172,5 +172,50 @@ struct StreamVerify: AsyncParsableCommand {
         let delay = ContinuousClock.now - requested
         let milliseconds = Double(delay.components.seconds) * 1000 + Double(delay.components.attoseconds) / 1e15
         print("Verification SET received and stored after \(String(format: "%.0f", milliseconds)) ms.")
+    }
+}
+
+struct StreamHealth: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "health",
+        abstract: "Whether Google's deliveries reach the service, as the delivery probes recorded it (exit 1 when not).",
+        discussion: """
+            Reads the database only; it does not call Google. Unhealthy: no verification SET within 2 intervals, the
+            stream disabled, its URL not RISC_DELIVERY_URL, or an event type the service acts on not requested.
+
+            """ + EnvironmentHelp.streamHealth)
+
+    @Flag(help: "Print one JSON object, instead of lines.") var json = false
+    @OptionGroup var config: ConfigFileOption
+
+    func run() async throws {
+        let (databaseURL, interval, deliveryURL) = try await Bootstrap.configuration(file: config.file) {
+            reader throws(ServiceConfiguration.Invalid) in
+            let interval = try ConfigVariables.verifyInterval.value(from: reader)
+            guard interval > 0 else {
+                throw ServiceConfiguration.Invalid(variable: ConfigVariables.verifyInterval.name, problem: "is required by stream health (the probe's interval)")
+            }
+            guard let deliveryURL = try ConfigVariables.deliveryURL.optional(from: reader) else {
+                throw ServiceConfiguration.Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
+            }
+            return (try ConfigVariables.databaseURL.value(from: reader), interval, deliveryURL)
+        }
+        let logger = try await Bootstrap.logger("risc-receiver.stream", file: config.file)
+        let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
+        let facts: DeliveryHealth.Facts
+        do {
+            facts = try await client.whileRunning(timeout: .seconds(60)) { client in try await DeliveryProbes(logger: logger).facts(client: client) }
+        } catch is TimeoutError {
+            throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
+        }
+        let health = DeliveryHealth(facts: facts, now: Date(), interval: interval, deliveryURL: deliveryURL)
+        if json {
+            print(health.jsonValue.serialized)
+        } else {
+            print(health.healthy ? "healthy" : "UNHEALTHY")
+            print(Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null))
+            for problem in health.problems { print("problem: \(problem)") }
+        }
+        if !health.healthy { throw ExitCode(1) }
     }
 }

@@ -188,6 +188,8 @@ enum EnvironmentHelp {
     static let stream = ConfigVariables.environmentHelp([ConfigVariables.serviceAccountFile, ConfigVariables.managementURL])
     static let streamVerify = ConfigVariables.environmentHelp(
         [ConfigVariables.serviceAccountFile, ConfigVariables.managementURL, ConfigVariables.databaseURL] + ConfigVariables.logging)
+    static let streamHealth = ConfigVariables.environmentHelp(
+        [ConfigVariables.databaseURL, ConfigVariables.verifyInterval, ConfigVariables.deliveryURL] + ConfigVariables.logging)
     static let vaultRotate = ConfigVariables.environmentHelp(
         [ConfigVariables.databaseURL, ConfigVariables.vaultKey, ConfigVariables.vaultPreviousKeys] + ConfigVariables.logging)
 }

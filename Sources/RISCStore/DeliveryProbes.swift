@@ -1,0 +1,81 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+
+/// The probes' records (SPEC §9, migration 0010): what the prober writes, and the facts `stream health` and the
+/// metrics read back.
+public struct DeliveryProbes: Sendable {
+    let logger: Logger
+
+    public init(logger: Logger) {
+        self.logger = logger
+    }
+
+    /// What the probes recorded: the last arrival, the last round trip, the timeouts since the latest prober
+    /// started, and what the management API reported at the latest probe.
+    public func facts(on connection: PostgresConnection) async throws -> DeliveryHealth.Facts {
+        var facts = DeliveryHealth.Facts()
+        let rows = try await connection.query(
+            """
+            WITH latest AS (SELECT * FROM risc_delivery_probes ORDER BY id DESC LIMIT 1),
+                 arrived AS (SELECT * FROM risc_delivery_probes WHERE arrived_at IS NOT NULL ORDER BY id DESC LIMIT 1)
+            SELECT (SELECT max(arrived_at) FROM risc_delivery_probes),
+                   (SELECT extract(epoch FROM arrived_at - requested_at)::float8 FROM arrived),
+                   (SELECT count(*) FROM risc_delivery_probes p, latest
+                     WHERE p.timed_out AND p.prober_started_at = latest.prober_started_at)::int8,
+                   latest.stream_enabled, latest.delivery_url, latest.events_requested, latest.error
+            FROM (SELECT 1) AS one LEFT JOIN latest ON true
+            """, logger: logger)
+        for try await row in rows.decode((Date?, Double?, Int64, Bool?, String?, [String]?, String?).self) {
+            facts.lastVerifiedAt = row.0
+            facts.roundTripSeconds = row.1
+            facts.probesTimedOut = Int(row.2)
+            (facts.streamEnabled, facts.reportedDeliveryURL, facts.reportedEventTypes, facts.managementError) = (row.3, row.4, row.5, row.6)
+        }
+        return facts
+    }
+
+    public func facts(client: PostgresClient) async throws -> DeliveryHealth.Facts {
+        try await client.withConnection { connection in try await facts(on: connection) }
+    }
+
+    /// What the management API reported just before a probe.
+    public struct Report: Sendable {
+        public var streamEnabled: Bool?
+        public var deliveryURL: String?
+        public var eventTypes: [String]?
+        public var error: String?
+        public init() {}
+    }
+
+    public func start(state: String, proberStartedAt: Date, report: Report, on connection: PostgresConnection) async throws {
+        try await connection.query(
+            """
+            INSERT INTO risc_delivery_probes (state, prober_started_at, stream_enabled, delivery_url, events_requested, error)
+            VALUES (\(state), \(proberStartedAt), \(report.streamEnabled), \(report.deliveryURL), \(report.eventTypes), \(report.error))
+            """, logger: logger)
+    }
+
+    /// Adds to the probe's error (the verification request itself failed).
+    public func recordError(state: String, _ error: String, on connection: PostgresConnection) async throws {
+        try await connection.query(
+            "UPDATE risc_delivery_probes SET error = coalesce(error || '; ', '') || \(error) WHERE state = \(state)", logger: logger)
+    }
+
+    /// The round trip in seconds once the SET has arrived; nil while it has not.
+    public func roundTrip(state: String, on connection: PostgresConnection) async throws -> Double? {
+        for try await seconds in try await connection.query(
+            "SELECT extract(epoch FROM arrived_at - requested_at)::float8 FROM risc_delivery_probes WHERE state = \(state) AND arrived_at IS NOT NULL",
+            logger: logger
+        ).decode(Double.self) {
+            return seconds
+        }
+        return nil
+    }
+
+    public func markTimedOut(state: String, on connection: PostgresConnection) async throws {
+        try await connection.query(
+            "UPDATE risc_delivery_probes SET timed_out = true WHERE state = \(state) AND arrived_at IS NULL", logger: logger)
+    }
+}

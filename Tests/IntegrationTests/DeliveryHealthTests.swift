@@ -1,0 +1,175 @@
+import Foundation
+import PostgresNIO
+import RISC
+import RISCKeys
+import RISCStore
+import RISCWorker
+import ServiceLifecycle
+import Testing
+
+/// Runs a delivery prober with a connection pool of its own (as a `serve` process would have) while `body` runs;
+/// when it ends, the pool closes, as it would when the process dies.
+func withProber<T: Sendable>(
+    _ harness: Harness, interval: Duration, deliveryURL: String, _ body: @Sendable () async throws -> T
+) async throws -> T {
+    let client = PostgresClient(configuration: try DatabaseURL.configuration(from: harness.databaseURL), backgroundLogger: Harness.logger)
+    let key = try ServiceAccountKey(json: Data(harness.transmitter.serviceAccountFile().serialized.utf8))
+    var settings = DeliveryProber.Settings(interval: interval, deliveryURL: deliveryURL)
+    settings.followerRetry = .milliseconds(300)
+    let prober = DeliveryProber(
+        client: client, management: RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key), settings: settings,
+        logger: Harness.logger)
+    let group = ServiceGroup(configuration: .init(services: [.init(service: client), .init(service: prober)], logger: Harness.logger))
+    return try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await group.run() }
+        do {
+            let result = try await body()
+            await group.triggerGracefulShutdown()
+            return result
+        } catch {
+            await group.triggerGracefulShutdown()
+            throw error
+        }
+    }
+}
+
+@Suite("Delivery health (SPEC §9)", .timeLimit(.minutes(3)))
+struct DeliveryHealthTests {
+    static let interval = 1.5
+
+    static func problems(_ json: JSONValue) -> [String] { json["problems"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+
+    func health(_ harness: Harness) async throws -> (status: Int32, json: JSONValue) {
+        let result = try await runRiscReceiver(
+            ["stream", "health", "--json"],
+            environment: [
+                "DATABASE_URL": harness.databaseURL, "RISC_VERIFY_INTERVAL": String(Self.interval),
+                "RISC_DELIVERY_URL": harness.eventsURL, "LOG_LEVEL": "warning",
+            ])
+        return (result.status, (try? JSONValue.parse(Data(result.output.utf8))) ?? .string(result.output))
+    }
+
+    func eventuallyHealth(_ harness: Harness, _ what: String, _ condition: @escaping (Int32, JSONValue) -> Bool) async throws -> JSONValue {
+        var last: JSONValue = .null
+        try await eventually(what, timeout: .seconds(30)) {
+            let (status, json) = try await health(harness)
+            last = json
+            return condition(status, json)
+        }
+        return last
+    }
+
+    @Test("Healthy once a probe's SET arrives; pointing the stream elsewhere or disabling it turns it unhealthy, fixing it healthy again")
+    func breakAndRepair() async throws {
+        var options = Harness.Options()
+        options.worker = true
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let key = try ServiceAccountKey(json: Data(harness.transmitter.serviceAccountFile().serialized.utf8))
+            let management = RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key)
+            let everyType = EventType.googleRISCTypes.map(\.rawValue)
+            try await management.update(url: harness.eventsURL, events: everyType)
+
+            let before = try await health(harness)
+            #expect(before.status == 1)
+            #expect(before.json["problems"] == ["no verification SET has arrived yet"], "\(before.json)")
+            #expect(before.json["round_trip_seconds"] == .null)
+
+            try await withProber(harness, interval: .milliseconds(Int64(Self.interval * 1000)), deliveryURL: harness.eventsURL) {
+                let healthy = try await eventuallyHealth(harness, "a probe's SET arrives") { status, _ in status == 0 }
+                #expect(Set(healthy.objectValue?.keys.map { $0 } ?? []) == [
+                    "healthy", "last_verified_at", "round_trip_seconds", "probes_timed_out", "stream_enabled", "delivery_url_matches", "problems",
+                ])
+                #expect(healthy["healthy"] == true && healthy["stream_enabled"] == true && healthy["delivery_url_matches"] == true)
+                #expect(healthy["problems"] == [])
+                let roundTrip = try #require(healthy["round_trip_seconds"]?.number)
+                #expect(roundTrip >= 0 && roundTrip < Self.interval)
+
+                // Pointed elsewhere: the URL no longer matches, and the probes' SETs stop arriving.
+                try await management.update(url: "http://127.0.0.1:9/risc/events", events: everyType)
+                let elsewhere = try await eventuallyHealth(harness, "the probe sees the other URL and its SET never arrives") { status, json in
+                    status == 1 && json["delivery_url_matches"] == false
+                        && Self.problems(json).contains { $0.hasPrefix("no verification SET has arrived for") }
+                }
+                #expect((elsewhere["probes_timed_out"]?.number ?? 0) >= 1)
+                #expect(Self.problems(elsewhere).contains { $0.contains("not to RISC_DELIVERY_URL") })
+
+                try await management.update(url: harness.eventsURL, events: everyType)
+                _ = try await eventuallyHealth(harness, "healthy again") { status, _ in status == 0 }
+
+                // Disabled: the prober still asks, and nothing comes.
+                try await management.setStatus(enabled: false)
+                let disabled = try await eventuallyHealth(harness, "the stream is seen disabled") { status, json in
+                    status == 1 && json["stream_enabled"] == false
+                }
+                #expect(Self.problems(disabled).contains("the stream is disabled"))
+                try await management.setStatus(enabled: true)
+                _ = try await eventuallyHealth(harness, "healthy again") { status, _ in status == 0 }
+
+                // A type the service acts on is no longer requested.
+                try await management.update(url: harness.eventsURL, events: everyType.filter { $0 != EventType.accountDisabled.rawValue })
+                let narrowed = try await eventuallyHealth(harness, "a missing event type is seen") { status, _ in status == 1 }
+                #expect(Self.problems(narrowed).contains("the stream does not request account-disabled"), "\(narrowed)")
+            }
+        }
+    }
+
+    @Test("Exactly one instance probes; when it dies another takes over")
+    func oneProber() async throws {
+        var options = Harness.Options()
+        options.worker = true
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let key = try ServiceAccountKey(json: Data(harness.transmitter.serviceAccountFile().serialized.utf8))
+            try await RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key)
+                .update(url: harness.eventsURL, events: EventType.googleRISCTypes.map(\.rawValue))
+            let interval = Duration.seconds(1)
+            @Sendable func probes() async throws -> [Date] {
+                var times: [Date] = []
+                for try await requested in try await harness.database.query(
+                    "SELECT requested_at FROM risc_delivery_probes ORDER BY id"
+                ).decode(Date.self) {
+                    times.append(requested)
+                }
+                return times
+            }
+            try await withProber(harness, interval: interval, deliveryURL: harness.eventsURL) {
+                try await eventually("the first instance probes") { try await probes().count >= 1 }
+                try await withProber(harness, interval: interval, deliveryURL: harness.eventsURL) {
+                    try await Task.sleep(for: .seconds(4))
+                }
+            }
+            // Both ran for 4 s: had both probed, probes would come closer together than one interval.
+            let times = try await probes()
+            #expect(times.count >= 3)
+            let gaps = zip(times.dropFirst(), times).map { $0.timeIntervalSince($1) }
+            #expect(gaps.allSatisfy { $0 >= 0.9 }, "probes overlapped: \(gaps)")
+
+            // The leader dies (its connections close with its pool); another instance takes the lock and probes.
+            let before = try await probes().count
+            try await withProber(harness, interval: interval, deliveryURL: harness.eventsURL) {
+                try await eventually("another instance probes") { try await probes().count >= before + 2 }
+            }
+        }
+    }
+
+    @Test("RISC_VERIFY_INTERVAL without RISC_DELIVERY_URL: serve and stream health exit 2 with one line naming it")
+    func configuration() async throws {
+        let environment = [
+            "DATABASE_URL": Harness.environment("RISC_TEST_DATABASE_URL"), "RISC_CLIENT_IDS": "a.apps.googleusercontent.com",
+            "RISC_VERIFY_INTERVAL": "60", "RISC_PORT": "1",
+        ]
+        for command in [["serve"], ["stream", "health"]] {
+            let result = try await runRiscReceiver(command, environment: environment)
+            #expect(result.status == 2, "\(command): \(result.output)")
+            #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines)
+                == "risc-receiver: configuration error: RISC_DELIVERY_URL: is required when RISC_VERIFY_INTERVAL is set", "\(result.output)")
+        }
+        var withURL = environment
+        withURL["RISC_DELIVERY_URL"] = "https://receiver.example.com/risc/events"
+        let serve = try await runRiscReceiver(["serve"], environment: withURL)
+        #expect(serve.status == 2)
+        #expect(serve.output.contains("GOOGLE_SERVICE_ACCOUNT_FILE: is required when RISC_VERIFY_INTERVAL is set"), "\(serve.output)")
+        withURL["RISC_VERIFY_INTERVAL"] = "0.5"
+        let tooShort = try await runRiscReceiver(["stream", "health"], environment: withURL)
+        #expect(tooShort.status == 2 && tooShort.output.contains("RISC_VERIFY_INTERVAL"), "\(tooShort.output)")
+    }
+}
