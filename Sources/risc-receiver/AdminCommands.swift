@@ -77,13 +77,10 @@ struct EventsList: AsyncParsableCommand {
         if let next = page.nextCursor { print("\nmore: \(nextPageCommand(cursor: next))") }
     }
 
-    /// The command for the next page: the same filters (a cursor only says where the last page ended), then the cursor.
     func nextPageCommand(cursor: String) -> String {
-        let filters: [(String, String?)] = [
-            ("status", status), ("type", type), ("sub", sub), ("since", since), ("until", until), ("limit", limit), ("cursor", cursor),
-        ]
-        let options = filters.compactMap { name, value in value.map { "--\(name) \(Table.shellQuoted($0))" } }
-        return (["risc-receiver events list"] + options).joined(separator: " ")
+        Table.nextPageCommand(
+            "risc-receiver events list",
+            [("status", status), ("type", type), ("sub", sub), ("since", since), ("until", until), ("limit", limit)], cursor: cursor)
     }
 }
 
@@ -243,6 +240,13 @@ enum Table {
         let pairs = flatten(value, "")
         let width = pairs.map(\.0.count).max() ?? 0
         return pairs.map { $0.0.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.1 }.joined(separator: "\n")
+    }
+
+    /// The command for a listing's next page: the same filters (a cursor only says where the last page ended),
+    /// then the cursor.
+    static func nextPageCommand(_ command: String, _ filters: [(String, String?)], cursor: String) -> String {
+        let options = (filters + [("cursor", cursor)]).compactMap { name, value in value.map { "--\(name) \(shellQuoted($0))" } }
+        return ([command] + options).joined(separator: " ")
     }
 
     /// As typed in a shell: bare when that is safe, else in single quotes.

@@ -121,11 +121,8 @@ struct NotificationsList: AsyncParsableCommand {
                 ]
             }))
         if let next = page.nextCursor {
-            let filters: [(String, String?)] = [
-                ("status", status), ("subscriber", subscriber), ("sub", sub), ("limit", limit), ("cursor", next),
-            ]
-            let options = filters.compactMap { name, value in value.map { "--\(name) \(Table.shellQuoted($0))" } }
-            print("\nmore: " + (["risc-receiver notifications list"] + options).joined(separator: " "))
+            let filters = [("status", status), ("subscriber", subscriber), ("sub", sub), ("limit", limit)]
+            print("\nmore: " + Table.nextPageCommand("risc-receiver notifications list", filters, cursor: next))
         }
     }
 }

@@ -105,12 +105,9 @@ final class TestSubscriber: Sendable {
     }
 }
 
-/// Runs `count` dispatchers on `client` while `body` runs (each as `serve` or `worker` would run one).
-func withDispatchers<T: Sendable>(
-    _ count: Int = 1, client: PostgresClient, settings: NotificationDispatcher.Settings = .fast, _ body: @Sendable () async throws -> T
-) async throws -> T {
-    let dispatchers = (0..<count).map { _ in NotificationDispatcher(client: client, settings: settings, logger: Harness.logger) }
-    let group = ServiceGroup(configuration: .init(services: dispatchers.map { .init(service: $0) }, logger: Harness.logger))
+/// Runs `services` in a service group while `body` runs, then shuts them down gracefully.
+func whileRunning<T: Sendable>(_ services: [any Service], _ body: @Sendable () async throws -> T) async throws -> T {
+    let group = ServiceGroup(configuration: .init(services: services.map { .init(service: $0) }, logger: Harness.logger))
     return try await withThrowingTaskGroup(of: Void.self) { tasks in
         tasks.addTask { try await group.run() }
         do {
@@ -122,6 +119,13 @@ func withDispatchers<T: Sendable>(
             throw error
         }
     }
+}
+
+/// Runs `count` dispatchers on `client` while `body` runs (each as `serve` or `worker` would run one).
+func withDispatchers<T: Sendable>(
+    _ count: Int = 1, client: PostgresClient, settings: NotificationDispatcher.Settings = .fast, _ body: @Sendable () async throws -> T
+) async throws -> T {
+    try await whileRunning((0..<count).map { _ in NotificationDispatcher(client: client, settings: settings, logger: Harness.logger) }, body)
 }
 
 extension NotificationDispatcher.Settings {
