@@ -1,14 +1,17 @@
 -- Notifications to the app's own services (SPEC §10): a transactional outbox.
 
 -- Who is told. `actions` NULL means every notified kind. The secret signs deliveries (Standard Webhooks), so it
--- is kept as given: a hash could not sign.
+-- is kept as given: a hash could not sign. `configured` rows are kept in step with RISC_SUBSCRIBERS (one per
+-- URL); the others are added and removed by operators.
 CREATE TABLE risc_subscribers (
     id         bigserial   PRIMARY KEY,
     url        text        NOT NULL,
     secret     text        NOT NULL,
     actions    text[],
+    configured boolean     NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE UNIQUE INDEX risc_subscribers_configured_url ON risc_subscribers (url) WHERE configured;
 
 -- One row per action and matching subscriber. The body is rebuilt from these columns on every attempt, so
 -- every retry sends the same bytes under the same webhook_id. `sub` is '' when the action names no user;

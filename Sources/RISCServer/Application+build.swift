@@ -85,6 +85,7 @@ extension NotificationDispatcher.Settings {
     public init(_ configuration: ServiceConfiguration) {
         self.init()
         retryPolicy = RetryPolicy(maxAttempts: configuration.notifyMaxAttempts, baseDelay: configuration.notifyBackoffBaseSeconds, maxDelay: 3600)
+        configuredSubscribers = configuration.subscribers
     }
 }
 

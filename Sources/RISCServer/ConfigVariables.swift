@@ -113,6 +113,28 @@ public enum ConfigVariables {
         show: { $0 == $0.rounded() ? String(Int($0)) : String($0) }
     ) { (0.01...3600).contains($0) }
 
+    public static let subscribers = ConfigVariable<[NotificationStore.NewSubscriber]>(
+        "RISC_SUBSCRIBERS", as: String.self, default: .unset, secret: true,
+        help: #"subscribers notified of actions, as a JSON array of `{"url", "secret", "actions"}` (`actions` optional); the dispatchers keep the configured subscribers in step with it at start-up, matched by URL, and leave those added with `subscribers add` alone"#,
+        rule: #"must be a JSON array of {"url": an https:// URL (http:// only on loopback), "secret": "whsec_...", "actions": [action kinds]}"#,
+        show: { "<redacted: \($0.count) subscribers>" }
+    ) { text in
+        guard let list = try? JSONValue.parse(Data(text.utf8)).arrayValue else { throw Problem.brokenRule }
+        return try list.enumerated().map { index, entry in
+            guard let url = entry["url"]?.stringValue else { throw Problem("entry \(index + 1) has no url") }
+            guard let secret = entry["secret"]?.stringValue else { throw Problem("entry \(index + 1) has no secret (whsec_...)") }
+            let actions = try entry["actions"].map { value in
+                guard let names = value.arrayValue?.compactMap(\.stringValue) else { throw Problem("entry \(index + 1): actions must be a list") }
+                return names
+            }
+            do throws(AdminQueries.InvalidParameter) {
+                return try NotificationStore.NewSubscriber(url: url, secret: secret, actions: actions)
+            } catch {
+                throw Problem("entry \(index + 1): \(error.description)")
+            }
+        }
+    }
+
     public static let verifyInterval = ConfigVariable<Double>(
         "RISC_VERIFY_INTERVAL", default: .value(0),
         help: "seconds between delivery probes (a verification SET asked of Google's management API, waited for end to end); 0 is off",

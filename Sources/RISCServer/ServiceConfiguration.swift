@@ -2,6 +2,7 @@ import Configuration
 import Foundation
 import Logging
 import RISCKeys
+import RISCStore
 
 /// Everything `serve` reads from its configuration (SPEC §7), validated once at start-up. Each property is filled
 /// from its `ConfigVariables` entry through `settings`, which also gives `config check` its lines.
@@ -36,6 +37,8 @@ public struct ServiceConfiguration: Sendable {
     public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
     public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
     public var notifyBackoffBaseSeconds = ConfigVariables.notifyBackoffBase.defaultValue
+    /// Nil leaves the configured subscribers as they are.
+    public var subscribers: [NotificationStore.NewSubscriber]?
     /// Seconds between delivery probes; 0 is off.
     public var verifyIntervalSeconds = ConfigVariables.verifyInterval.defaultValue
     public var deliveryURL: String?
@@ -114,6 +117,7 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.eventRetentionDays, \.eventRetentionDays),
         Setting(ConfigVariables.notifyMaxAttempts, \.notifyMaxAttempts),
         Setting(ConfigVariables.notifyBackoffBase, \.notifyBackoffBaseSeconds),
+        Setting(ConfigVariables.subscribers, \.subscribers),
         Setting(ConfigVariables.verifyInterval, \.verifyIntervalSeconds),
         Setting(ConfigVariables.deliveryURL, \.deliveryURL),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),

@@ -10,6 +10,8 @@ public struct SubscriberRecord: Sendable, Equatable {
     public var url: String
     /// Nil: every notified kind.
     public var actions: [ActionKind]?
+    /// From RISC_SUBSCRIBERS (kept in step with it), rather than added by an operator.
+    public var configured: Bool
     public var createdAt: Date
     public var pending: Int
     public var dead: Int
@@ -17,7 +19,7 @@ public struct SubscriberRecord: Sendable, Equatable {
     public var jsonValue: JSONValue {
         [
             "id": .number(Double(id)), "url": .string(url), "actions": actions.json { .array($0.map { .string($0.rawValue) }) },
-            "created_at": .timestamp(createdAt), "pending": .number(Double(pending)), "dead": .number(Double(dead)),
+            "configured": .bool(configured), "created_at": .timestamp(createdAt), "pending": .number(Double(pending)), "dead": .number(Double(dead)),
         ]
     }
 }

@@ -60,17 +60,40 @@ public struct NotificationStore: Sendable {
         return id
     }
 
+    /// Makes the subscribers from configuration (RISC_SUBSCRIBERS) exactly `configured`, matched by URL: new ones are
+    /// added, changed ones updated, and configured ones no longer listed removed. Those added by operators are left
+    /// alone. Instances starting together take turns.
+    public func syncConfigured(_ configured: [NewSubscriber]) async throws {
+        try await client.transaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(hashtext('risc_subscribers_configured'))", logger: logger)
+            try await connection.query(
+                "DELETE FROM risc_subscribers WHERE configured AND url <> ALL(\(configured.map(\.url)))", logger: logger)
+            for subscriber in configured {
+                try await connection.query(
+                    """
+                    INSERT INTO risc_subscribers (url, secret, actions, configured)
+                    VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions), true)
+                    ON CONFLICT (url) WHERE configured DO UPDATE SET secret = EXCLUDED.secret, actions = EXCLUDED.actions
+                    """, logger: logger)
+            }
+        }
+    }
+
     public func subscribers() async throws -> [SubscriberRecord] {
         var found: [SubscriberRecord] = []
         let rows = try await client.query(
             """
-            SELECT s.id, s.url, s.actions, s.created_at,
+            SELECT s.id, s.url, s.actions, s.configured, s.created_at,
                    (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'pending')::int8,
                    (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'dead')::int8
             FROM risc_subscribers s ORDER BY s.id
             """, logger: logger)
-        for try await (id, url, actions, createdAt, pending, dead) in rows.decode((Int64, String, [ActionKind]?, Date, Int64, Int64).self) {
-            found.append(SubscriberRecord(id: id, url: url, actions: actions, createdAt: createdAt, pending: Int(pending), dead: Int(dead)))
+        for try await (id, url, actions, configured, createdAt, pending, dead) in rows.decode(
+            (Int64, String, [ActionKind]?, Bool, Date, Int64, Int64).self)
+        {
+            found.append(
+                SubscriberRecord(
+                    id: id, url: url, actions: actions, configured: configured, createdAt: createdAt, pending: Int(pending), dead: Int(dead)))
         }
         return found
     }

@@ -23,6 +23,8 @@ public final class NotificationDispatcher: Service, Sendable {
         public var timeout: Duration = .seconds(10)
         public var concurrency = 16
         public var pollInterval: Duration = .seconds(1)
+        /// RISC_SUBSCRIBERS: made the configured subscribers before the first delivery; nil leaves them alone.
+        public var configuredSubscribers: [NotificationStore.NewSubscriber]?
         public init() {}
 
         /// How long a taken notification is left alone: past the timeout, so only a dispatcher that died mid-delivery
@@ -48,6 +50,9 @@ public final class NotificationDispatcher: Service, Sendable {
         // No redirects: a subscriber's URL was checked (https, or loopback), where it redirects to was not.
         var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
         configuration.timeout = .init(connect: .seconds(Int64(settings.timeout.components.seconds)))
+        if let configured = settings.configuredSubscribers {
+            await syncConfiguredSubscribers(configured)
+        }
         let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let (wakeUps, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         waker.withLock { $0 = continuation }
@@ -69,6 +74,20 @@ public final class NotificationDispatcher: Service, Sendable {
         poller.cancel()
         try? await http.shutdown()
         logger.info("Notification dispatcher stopped")
+    }
+
+    /// Retries until the database answers (or shutdown): deliveries wait for the configured subscribers.
+    private func syncConfiguredSubscribers(_ configured: [NotificationStore.NewSubscriber]) async {
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            do {
+                try await store.syncConfigured(configured)
+                logger.info("Subscribers from RISC_SUBSCRIBERS are in place", metadata: ["subscribers": "\(configured.count)"])
+                return
+            } catch {
+                logger.warning("Could not apply RISC_SUBSCRIBERS; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
     }
 
     private func wake() {

@@ -162,14 +162,15 @@ struct Worker: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let (databaseURL, maxAttempts, retentionDays, shutdownTimeout, notifyRetries) = try await Bootstrap.configuration(file: config.file) {
+        let (databaseURL, maxAttempts, retentionDays, shutdownTimeout, notifyRetries, subscribers) = try await Bootstrap.configuration(file: config.file) {
             reader throws(ServiceConfiguration.Invalid) in
             (
                 try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.maxAttempts.value(from: reader),
                 try ConfigVariables.eventRetentionDays.value(from: reader), try ConfigVariables.shutdownTimeout.value(from: reader),
                 RetryPolicy(
                     maxAttempts: try ConfigVariables.notifyMaxAttempts.value(from: reader),
-                    baseDelay: try ConfigVariables.notifyBackoffBase.value(from: reader), maxDelay: 3600)
+                    baseDelay: try ConfigVariables.notifyBackoffBase.value(from: reader), maxDelay: 3600),
+                try ConfigVariables.subscribers.optional(from: reader)
             )
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
@@ -186,6 +187,7 @@ struct Worker: AsyncParsableCommand {
         }
         var dispatcherSettings = NotificationDispatcher.Settings()
         dispatcherSettings.retryPolicy = notifyRetries
+        dispatcherSettings.configuredSubscribers = subscribers
         let dispatcher = NotificationDispatcher(client: postgres, settings: dispatcherSettings, logger: logger)
         services.append(.init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup))
         services.append(.init(service: dispatcher, successTerminationBehavior: .gracefullyShutdownGroup))

@@ -181,7 +181,8 @@ enum EnvironmentHelp {
     static let worker = ConfigVariables.environmentHelp(
         [
             ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
-            ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.shutdownTimeout,
+            ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.subscribers,
+            ConfigVariables.shutdownTimeout,
         ] + ConfigVariables.logging)
     static let migrate = ConfigVariables.environmentHelp(
         [ConfigVariables.databaseURL, ConfigVariables.migrationsDirectory] + ConfigVariables.logging)

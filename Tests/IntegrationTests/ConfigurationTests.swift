@@ -55,6 +55,9 @@ struct ConfigurationTests {
             ("GOOGLE_CLIENT_SECRET_FILES", "/etc/hostname"), ("RISC_MAX_ATTEMPTS", "0"), ("RISC_SESSION_TTL", "ten"),
             ("RISC_SESSION_CACHE", "maybe"), ("RISC_SERVICE_TOKEN", "short"), ("RISC_IDLE_TIMEOUT", "0"),
             ("RISC_SHUTDOWN_TIMEOUT", "forever"), ("LOG_LEVEL", "loud"), ("LOG_FORMAT", "xml"),
+            ("RISC_NOTIFY_MAX_ATTEMPTS", "0"), ("RISC_NOTIFY_BACKOFF_BASE", "0"), ("RISC_SUBSCRIBERS", "https://x"),
+            ("RISC_SUBSCRIBERS", #"[{"url": "http://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"}]"#),
+            ("RISC_VERIFY_INTERVAL", "0.5"), ("RISC_DELIVERY_URL", "ftp://x/risc/events"),
         ] as [(String, String?)])
     func configurationErrors(_ variable: String, _ value: String?) throws {
         _ = try Self.invalid(variable) { () throws(ServiceConfiguration.Invalid) in try Self.configuration([variable: value]) }
@@ -69,6 +72,11 @@ struct ConfigurationTests {
             ("RISC_ALLOWED_ALGS", "XX1", "XX1 is not a supported algorithm"),
             ("GOOGLE_CLIENT_SECRET_FILES", "/nonexistent/client_secret.json", "cannot read /nonexistent/client_secret.json"),
             ("LOG_LEVEL", "loud", "must be one of trace, debug, info, notice, warning, error, critical"),
+            ("RISC_SUBSCRIBERS", #"[{"url": "https://hooks.example.com/"}]"#, "entry 1 has no secret (whsec_...)"),
+            (
+                "RISC_SUBSCRIBERS", #"[{"url": "https://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz", "actions": ["skip"]}]"#,
+                "entry 1: actions: 'skip' is not one of revoke_sessions, delete_grants, delete_grant_by_prefix, delete_grant_by_hash, disable_sign_in, enable_sign_in, flag_for_review, require_credential_change"
+            ),
         ] as [(String, String?, String)] {
             let error = try Self.invalid(variable) { () throws(ServiceConfiguration.Invalid) in try Self.configuration([variable: value]) }
             #expect(error.problem == problem)
@@ -202,7 +210,8 @@ struct ConfigurationTests {
 
     @Test("Exactly the real secrets are read as secrets, so swift-configuration's access reporting redacts only them")
     func onlySecretsAreSecret() throws {
-        let secrets: Set = ["DATABASE_URL", "RISC_ADMIN_TOKEN", "RISC_SERVICE_TOKEN", "RISC_VAULT_KEY", "RISC_VAULT_PREVIOUS_KEYS"]
+        // RISC_SUBSCRIBERS holds the subscribers' signing secrets.
+        let secrets: Set = ["DATABASE_URL", "RISC_ADMIN_TOKEN", "RISC_SERVICE_TOKEN", "RISC_VAULT_KEY", "RISC_VAULT_PREVIOUS_KEYS", "RISC_SUBSCRIBERS"]
         #expect(Set(ConfigVariables.all.filter(\.isSecret).map(\.name)) == secrets)
 
         let recorder = SecrecyRecorder()
@@ -211,6 +220,7 @@ struct ConfigurationTests {
             "RISC_VAULT_KEY": Self.vaultKey, "RISC_VAULT_PREVIOUS_KEYS": Self.vaultKey, "RISC_PORT": "9090",
             "RISC_HOST": "0.0.0.0", "RISC_SESSION_CACHE": "off", "RISC_MAX_ATTEMPTS": "3", "LOG_LEVEL": "debug",
             "RISC_MANAGEMENT_URL": "https://example.com/v1beta",
+            "RISC_SUBSCRIBERS": #"[{"url": "https://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"}]"#,
         ]) { $1 }
         let reader = Self.reader(environment, accessReporter: recorder)
         _ = try ServiceConfiguration(reader: reader)

@@ -12,6 +12,11 @@ import Testing
 func withProber<T: Sendable>(
     _ harness: Harness, interval: Duration, deliveryURL: String, _ body: @Sendable () async throws -> T
 ) async throws -> T {
+    try await whileRunning(try proberProcess(harness, interval: interval, deliveryURL: deliveryURL), body)
+}
+
+/// A prober and the connection pool of its own it runs on.
+func proberProcess(_ harness: Harness, interval: Duration, deliveryURL: String) throws -> [any Service] {
     let client = PostgresClient(configuration: try DatabaseURL.configuration(from: harness.databaseURL), backgroundLogger: Harness.logger)
     let key = try ServiceAccountKey(json: Data(harness.transmitter.serviceAccountFile().serialized.utf8))
     var settings = DeliveryProber.Settings(interval: interval, deliveryURL: deliveryURL)
@@ -19,7 +24,7 @@ func withProber<T: Sendable>(
     let prober = DeliveryProber(
         client: client, management: RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key), settings: settings,
         logger: Harness.logger)
-    return try await whileRunning([client, prober], body)
+    return [client, prober]
 }
 
 @Suite("Delivery health (SPEC §9)", .timeLimit(.minutes(3)))
@@ -111,31 +116,38 @@ struct DeliveryHealthTests {
             try await RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key)
                 .update(url: harness.eventsURL, events: EventType.googleRISCTypes.map(\.rawValue))
             let interval = Duration.seconds(1)
-            @Sendable func probes() async throws -> [Date] {
-                var times: [Date] = []
-                for try await requested in try await harness.database.query(
-                    "SELECT requested_at FROM risc_delivery_probes ORDER BY id"
-                ).decode(Date.self) {
-                    times.append(requested)
+            /// How many probes each instance (told apart by its start time) has made.
+            @Sendable func probesByInstance() async throws -> [Int] {
+                var counts: [Int] = []
+                for try await count in try await harness.database.query(
+                    "SELECT count(*)::int8 FROM risc_delivery_probes GROUP BY prober_started_at ORDER BY min(id)"
+                ).decode(Int64.self) {
+                    counts.append(Int(count))
                 }
-                return times
+                return counts
             }
+            // The first instance leads; the second starts beside it and must not probe.
+            let first = ServiceGroup(
+                configuration: .init(
+                    services: try proberProcess(harness, interval: interval, deliveryURL: harness.eventsURL).map { .init(service: $0) },
+                    logger: Harness.logger))
+            let firstRun = Task { try await first.run() }
+            defer { firstRun.cancel() }
+            try await eventually("the first instance probes") { try await probesByInstance().first ?? 0 >= 1 }
             try await withProber(harness, interval: interval, deliveryURL: harness.eventsURL) {
-                try await eventually("the first instance probes") { try await probes().count >= 1 }
-                try await withProber(harness, interval: interval, deliveryURL: harness.eventsURL) {
-                    try await Task.sleep(for: .seconds(4))
+                let before = try await probesByInstance()
+                try await eventually("three more probes with both instances running", timeout: .seconds(60)) {
+                    try await probesByInstance().first ?? 0 >= before[0] + 3
                 }
-            }
-            // Both ran for 4 s: had both probed, probes would come closer together than one interval.
-            let times = try await probes()
-            #expect(times.count >= 3)
-            let gaps = zip(times.dropFirst(), times).map { $0.timeIntervalSince($1) }
-            #expect(gaps.allSatisfy { $0 >= 0.9 }, "probes overlapped: \(gaps)")
+                #expect(try await probesByInstance().count == 1, "only the first instance probed")
 
-            // The leader dies (its connections close with its pool); another instance takes the lock and probes.
-            let before = try await probes().count
-            try await withProber(harness, interval: interval, deliveryURL: harness.eventsURL) {
-                try await eventually("another instance probes") { try await probes().count >= before + 2 }
+                // The leader dies: its pool closes, and with its connection the lock. The second takes over.
+                await first.triggerGracefulShutdown()
+                try await firstRun.value
+                try await eventually("the second instance probes", timeout: .seconds(30)) {
+                    let counts = try await probesByInstance()
+                    return counts.count == 2 && counts[1] >= 2
+                }
             }
         }
     }
