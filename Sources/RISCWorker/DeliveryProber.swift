@@ -49,16 +49,29 @@ public final class DeliveryProber: Service, Sendable {
 
     public func run() async throws {
         logger.info("Delivery prober started", metadata: ["interval_seconds": "\(settings.intervalSeconds)"])
+        let pause = min(settings.interval, settings.followerRetry)
         await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                do {
-                    try await self.leadWhilePossible()
-                } catch {
-                    if Task.isCancelled { return }
-                    self.logger.warning("The delivery prober lost its database connection; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+            await withDiscardingTaskGroup { group in
+                // The gauges follow the database between probes too: "no verification within 2 intervals" becomes
+                // true with time alone.
+                group.addTask {
+                    while !Task.isCancelled {
+                        await self.refreshMetrics()
+                        try? await Task.sleep(for: pause)
+                    }
                 }
-                await self.refreshMetrics()
-                try? await Task.sleep(for: min(self.settings.interval, self.settings.followerRetry))
+                group.addTask {
+                    while !Task.isCancelled {
+                        do {
+                            try await self.leadWhilePossible()
+                        } catch {
+                            if Task.isCancelled { return }
+                            self.logger.warning(
+                                "The delivery prober lost its database connection; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+                        }
+                        try? await Task.sleep(for: pause)
+                    }
+                }
             }
         }
         logger.info("Delivery prober stopped")
@@ -78,7 +91,6 @@ public final class DeliveryProber: Service, Sendable {
                 while !Task.isCancelled {
                     let started = ContinuousClock.now
                     try await probe(on: connection)
-                    await refreshMetrics()
                     let next = started + settings.interval
                     if ContinuousClock.now < next { try await Task.sleep(until: next) }
                 }

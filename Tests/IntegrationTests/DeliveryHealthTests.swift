@@ -27,7 +27,8 @@ func proberProcess(_ harness: Harness, interval: Duration, deliveryURL: String) 
     return [client, prober]
 }
 
-@Suite("Delivery health (SPEC §9)", .timeLimit(.minutes(3)))
+// Serialized: the tests' probers share the process's metrics.
+@Suite("Delivery health (SPEC §9)", .serialized, .timeLimit(.minutes(3)))
 struct DeliveryHealthTests {
     static let interval = 1.5
 
@@ -77,6 +78,12 @@ struct DeliveryHealthTests {
                 #expect(healthy["problems"] == [])
                 let roundTrip = try #require(healthy["round_trip_seconds"]?.number)
                 #expect(roundTrip >= 0 && roundTrip < Self.interval)
+                // The same facts as metrics, for alerting.
+                try await eventually("the metrics say healthy") {
+                    let metrics = try await harness.call(.GET, "/metrics").body
+                    return metrics.contains("risc_delivery_healthy 1") && metrics.contains("risc_stream_enabled 1")
+                        && metrics.contains("risc_delivery_last_verified_timestamp_seconds ") && metrics.contains("risc_delivery_round_trip_seconds ")
+                }
 
                 // Pointed elsewhere: the URL no longer matches, and the probes' SETs stop arriving.
                 try await management.update(url: "http://127.0.0.1:9/risc/events", events: everyType)
@@ -86,6 +93,7 @@ struct DeliveryHealthTests {
                         && (json["probes_timed_out"]?.number ?? 0) >= 1
                 }
                 #expect(Self.problems(elsewhere).contains { $0.contains("not to RISC_DELIVERY_URL") })
+                #expect(try await harness.call(.GET, "/metrics").body.contains("risc_delivery_probes_timed_out_total "))
 
                 try await management.update(url: harness.eventsURL, events: everyType)
                 _ = try await eventuallyHealth(harness, "healthy again") { status, _ in status == 0 }
@@ -96,6 +104,10 @@ struct DeliveryHealthTests {
                     status == 1 && json["stream_enabled"] == false
                 }
                 #expect(Self.problems(disabled).contains("the stream is disabled"))
+                try await eventually("the metrics say disabled and unhealthy") {
+                    let metrics = try await harness.call(.GET, "/metrics").body
+                    return metrics.contains("risc_stream_enabled 0") && metrics.contains("risc_delivery_healthy 0")
+                }
                 try await management.setStatus(enabled: true)
                 _ = try await eventuallyHealth(harness, "healthy again") { status, _ in status == 0 }
 
