@@ -28,7 +28,7 @@ public struct WebhookSink: Sendable {
     ) -> some ApplicationProtocol {
         let router = Router()
         let key = self.key
-        router.post("**") { request, _ -> Response in
+        @Sendable func receive(_ request: Request) async throws -> Response {
             var request = request
             let body = try await request.collectBody(upTo: 1 << 20)
             let bytes = Data(buffer: body)
@@ -45,6 +45,9 @@ public struct WebhookSink: Sendable {
             onDelivery(Received(webhookID: header("webhook-id"), body: try? JSONValue.parse(bytes), rejection: nil))
             return Response(status: .noContent)
         }
+        // Any path: the root, and everything below it.
+        router.post("/") { request, _ in try await receive(request) }
+        router.post("**") { request, _ in try await receive(request) }
         return Application(
             router: router, configuration: .init(address: .hostname("127.0.0.1", port: port), serverName: nil),
             onServerRunning: { channel in await onReady(channel.localAddress?.port ?? 0) }, logger: logger)

@@ -1,7 +1,10 @@
+import AsyncHTTPClient
 import Crypto
+import DevTransmitter
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 import PostgresNIO
 import RISC
 import RISCStore
@@ -544,5 +547,38 @@ struct NotificationTests {
             let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             #expect(status == 0 && output.contains("verified revoke_sessions"), "\(output)")
         }
+    }
+}
+
+@Suite("The development webhook sink")
+struct WebhookSinkTests {
+    @Test("It accepts a signed delivery at its root URL (204), and answers 401 to a wrong signature")
+    func sink() async throws {
+        let secret = StandardWebhook.generateSecret()
+        let key = try #require(StandardWebhook.key(secret: secret))
+        let received = Mutex<[WebhookSink.Received]>([])
+        let (ports, port) = AsyncStream.makeStream(of: Int.self)
+        let app = WebhookSink(key: key, port: 0).makeApplication(logger: Harness.logger) { port.yield($0) } onDelivery: { delivery in
+            received.withLock { $0.append(delivery) }
+        }
+        try await whileRunning([app]) {
+            var iterator = ports.makeAsyncIterator()
+            let url = "http://127.0.0.1:\(await iterator.next()!)/"
+            let body = Array(#"{"type":"revoke_sessions"}"#.utf8)
+            for (signingKey, expected) in [(key, 204), (SymmetricKey(size: .bits256), 401)] {
+                var request = HTTPClientRequest(url: url)
+                request.method = .POST
+                for (name, value) in StandardWebhook.headers(id: "msg_1", timestamp: Int64(Date().timeIntervalSince1970), body: body, key: signingKey) {
+                    request.headers.add(name: name, value: value)
+                }
+                request.body = .bytes(ByteBuffer(bytes: body))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                #expect(Int(response.status.code) == expected)
+            }
+        }
+        let deliveries = received.withLock { $0 }
+        #expect(deliveries.count == 2)
+        #expect(deliveries.first?.body?["type"] == "revoke_sessions" && deliveries.first?.rejection == nil)
+        #expect(deliveries.last?.rejection == .badSignature)
     }
 }
