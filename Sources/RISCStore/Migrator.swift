@@ -114,12 +114,20 @@ extension PostgresClient {
     public func whileRunning<Result: Sendable>(
         timeout: Duration = .seconds(60), _ body: @escaping @Sendable (PostgresClient) async throws -> Result
     ) async throws -> Result {
-        try await withThrowingTaskGroup(of: Result?.self) { group in
+        // The body waits until run() is entered (it marks the client running before it first suspends): a lease
+        // before that works, but postgres-nio warns on standard error, which a script reading a command's output
+        // sees (found under load by a test reading `stream health --json`).
+        let (started, starting) = AsyncStream<Void>.makeStream()
+        return try await withThrowingTaskGroup(of: Result?.self) { group in
             group.addTask {
+                starting.finish()
                 await self.run()
                 return nil
             }
-            group.addTask { try await withTimeout(timeout) { try await body(self) } }
+            group.addTask {
+                for await _ in started {}
+                return try await withTimeout(timeout) { try await body(self) }
+            }
             defer { group.cancelAll() }
             while let result = try await group.next() {
                 if let result { return result }
