@@ -56,7 +56,7 @@ let package = Package(
         .target(
             name: "RISCStore",
             dependencies: [
-                "RISC",
+                "RISC", "RISCMetrics",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -46,20 +46,14 @@ public enum ServiceMetrics {
         Counter(label: "risc_jwks_fetches_total", dimensions: [("issuer", issuer), ("outcome", outcome)]).increment()
     }
 
-    public static func sessionsRevoked(_ count: Int) {
-        guard count > 0 else { return }
-        Counter(label: "risc_sessions_revoked_total").increment(by: count)
-    }
-
-    public static func grantsDeleted(_ count: Int) {
-        guard count > 0 else { return }
-        Counter(label: "risc_grants_deleted_total").increment(by: count)
-    }
-
-    /// token-revoked identifiers that matched several grants: all were erased, and the event is flagged.
-    public static func ambiguousTokenIdentifiers(_ count: Int) {
-        guard count > 0 else { return }
-        Counter(label: "risc_token_identifiers_ambiguous_total").increment(by: count)
+    /// What applied actions changed, whichever path applied them (on receipt or a worker): sessions revoked,
+    /// grants deleted, and token-revoked identifiers that matched several grants (all were erased).
+    public static func actionsApplied(sessionsRevoked: Int, grantsDeleted: Int, ambiguousTokenIdentifiers: Int) {
+        if sessionsRevoked > 0 { Counter(label: "risc_sessions_revoked_total").increment(by: sessionsRevoked) }
+        if grantsDeleted > 0 { Counter(label: "risc_grants_deleted_total").increment(by: grantsDeleted) }
+        if ambiguousTokenIdentifiers > 0 {
+            Counter(label: "risc_token_identifiers_ambiguous_total").increment(by: ambiguousTokenIdentifiers)
+        }
     }
 
     /// Notification delivery attempts to subscribers (SPEC §10): `delivered`, `retried` or `dead`.

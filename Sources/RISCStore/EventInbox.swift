@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import RISC
+import RISCMetrics
 import ServiceLifecycle
 import Synchronization
 
@@ -163,11 +164,12 @@ public final class EventInbox: Service, Sendable {
 
     private func commit(_ batch: [Pending]) async {
         do {
-            let stored = try await withTimeout(settings.commitTimeout) {
+            let (stored, applied) = try await withTimeout(settings.commitTimeout) {
                 try await self.insert(batch.map(\.event))
             }
-            if settings.applyOnReceipt, let onApplied = settings.onApplied {
-                onApplied(batch.flatMap { $0.event.actions.compactMap(\.action.sub) })
+            if let applied {
+                ServiceMetrics.actionsApplied(applied)
+                settings.onApplied?(batch.flatMap { $0.event.actions.compactMap(\.action.sub) })
             }
             for pending in batch {
                 let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)
@@ -193,20 +195,25 @@ public final class EventInbox: Service, Sendable {
         var jti: String
     }
 
-    /// Stores the whole batch with one `CALL`; returns the keys that were new.
+    /// Stores the whole batch with one `CALL`; returns the keys that were new and, when the new events' actions
+    /// were applied (on receipt), what they changed.
     ///
     /// Not a plain INSERT: an implicit transaction commits at Sync, after the rows have been delivered, and
     /// an explicit BEGIN … COMMIT costs two more round trips per batch. The procedure commits before it
     /// answers, so a returned CALL means the batch is durable.
-    private func insert(_ events: [InboundEvent]) async throws -> Set<EventKey> {
+    private func insert(_ events: [InboundEvent]) async throws -> (stored: Set<EventKey>, applied: ActionTotals?) {
         var stored = Set<EventKey>()
-        for try await positions in try await client.execute(StoreEvents(events, apply: settings.applyOnReceipt), logger: logger) {
+        var applied: ActionTotals?
+        for try await (positions, kinds, actions, rows) in try await client.execute(
+            StoreEvents(events, apply: settings.applyOnReceipt), logger: logger)
+        {
             for position in positions ?? [] where position >= 1 && position <= events.count {
                 let event = events[Int(position) - 1]
                 stored.insert(EventKey(issuer: event.issuer, jti: event.jti))
             }
+            if let kinds, let actions, let rows { applied = ActionTotals(kinds: kinds, actions: actions, rows: rows) }
         }
-        return stored
+        return (stored, applied)
     }
 }
 
@@ -216,9 +223,12 @@ public final class EventInbox: Service, Sendable {
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
         CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                               $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool, NULL)
+                               $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool,
+                               NULL, NULL, NULL, NULL)
         """
-    typealias Row = [Int64]?
+    /// The new rows' places in the batch; then, if applied on receipt, each action kind recorded with its number of
+    /// actions and the rows they changed.
+    typealias Row = (stored: [Int64]?, kinds: [String]?, actions: [Int64]?, rows: [Int64]?)
 
     let events: [InboundEvent]
     let apply: Bool
@@ -256,6 +266,6 @@ private struct StoreEvents: PostgresPreparedStatement {
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        try row.decode([Int64]?.self)
+        try row.decode(([Int64]?, [String]?, [Int64]?, [Int64]?).self)
     }
 }

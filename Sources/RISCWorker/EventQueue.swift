@@ -20,10 +20,8 @@ public struct EventQueue: Sendable {
         /// Of the failed: scheduled again, or dead-lettered.
         public var retried = 0
         public var dead = 0
-        public var sessionsRevoked = 0
-        public var grantsDeleted = 0
-        /// token-revoked identifiers that matched more than one grant (all erased, flagged for admins).
-        public var ambiguousTokenIdentifiers = 0
+        /// What the done events' actions changed.
+        public var totals = ActionTotals()
         public init() {}
 
         mutating func add(_ other: BatchResult) {
@@ -32,9 +30,7 @@ public struct EventQueue: Sendable {
             failed += other.failed
             retried += other.retried
             dead += other.dead
-            sessionsRevoked += other.sessionsRevoked
-            grantsDeleted += other.grantsDeleted
-            ambiguousTokenIdentifiers += other.ambiguousTokenIdentifiers
+            totals.add(other.totals)
         }
     }
 
@@ -163,15 +159,12 @@ public struct EventQueue: Sendable {
         // What the batch changed, for the metrics (counted once it has committed).
         let totals = try await connection.query(
             """
-            SELECT coalesce(sum(rows_affected) FILTER (WHERE kind = ANY(\(ActionKind.revokingSessions))), 0)::int8,
-                   coalesce(sum(rows_affected) FILTER (WHERE kind = ANY(\(ActionKind.deletingGrants))), 0)::int8,
-                   count(*) FILTER (WHERE kind = \(ActionKind.ambiguousTokenIdentifier))::int8
-            FROM risc_event_actions WHERE event_id = ANY(\(done))
+            SELECT coalesce(array_agg(kind), '{}'), coalesce(array_agg(actions), '{}'), coalesce(array_agg(total), '{}')
+              FROM (SELECT kind, count(*)::int8 AS actions, sum(rows_affected)::int8 AS total FROM risc_event_actions
+                     WHERE event_id = ANY(\(done)) GROUP BY kind) t
             """, logger: logger)
-        for try await (sessions, grants, ambiguous) in totals.decode((Int64, Int64, Int64).self) {
-            result.sessionsRevoked = Int(sessions)
-            result.grantsDeleted = Int(grants)
-            result.ambiguousTokenIdentifiers = Int(ambiguous)
+        for try await (kinds, actions, rows) in totals.decode(([String], [Int64], [Int64]).self) {
+            result.totals = ActionTotals(kinds: kinds, actions: actions, rows: rows)
         }
         return result
     }

@@ -90,9 +90,7 @@ public final class EventWorker: Service, Sendable {
                         ServiceMetrics.eventsProcessed(result.done, outcome: "done")
                         ServiceMetrics.eventsProcessed(result.retried, outcome: "retried")
                         ServiceMetrics.eventsProcessed(result.dead, outcome: "dead")
-                        ServiceMetrics.sessionsRevoked(result.sessionsRevoked)
-                        ServiceMetrics.grantsDeleted(result.grantsDeleted)
-                        ServiceMetrics.ambiguousTokenIdentifiers(result.ambiguousTokenIdentifiers)
+                        ServiceMetrics.actionsApplied(result.totals)
                         logger.debug("Processed a batch", metadata: ["done": "\(result.done)", "failed": "\(result.failed)"])
                     }
                     if result.claimed < settings.batchSize { break }

@@ -33,28 +33,75 @@ struct OperationsTests {
         }
     }
 
-    @Test("/metrics exposes SETs by type and outcome, latency, sign-ins, JWKS fetches and worker figures")
+    /// In a `serve` process of its own: the metrics are the process's, so each figure is exactly this test's (in
+    /// the test process, other tests' workers fed the same counters, and hid that events applied on receipt
+    /// were never counted).
+    @Test("/metrics exposes SETs by type and outcome, latency, sign-ins, JWKS fetches, and what actions changed, on receipt and by a worker")
     func metrics() async throws {
-        var options = Harness.Options()
-        options.worker = true
-        try await Harness.with(options) { harness in
+        try await ServeProcess.with { serve, transmitter in
+            let client = Client(base: serve.url)
             let sub = "metrics-\(UUID().uuidString)"
-            _ = try await harness.newSession(sub: sub)
-            try await harness.sendAndWait("sessions-revoked", sub: sub)
-            _ = try await harness.post("not-a-jws")
-            let reply = try await harness.call(.GET, "/metrics")
-            #expect(reply.status == 200)
-            #expect(reply.headers.first(name: "content-type")?.hasPrefix("text/plain") == true)
-            for expected in [
-                #"risc_sets_received_total{event_type="sessions-revoked",outcome="accepted"}"#,
-                #"risc_sets_received_total{event_type="unparsed",outcome="invalid_request"}"#,
-                "risc_ingest_duration_seconds_bucket", #"risc_signins_total{outcome="success"}"#,
-                #"risc_jwks_fetches_total{issuer="risc",outcome="success"}"#, #"risc_worker_events_total{outcome="done"}"#,
-                "risc_worker_batch_duration_seconds_bucket", "risc_worker_lag_seconds", "risc_worker_queue_depth",
-                "risc_sessions_revoked_total",
-            ] {
-                #expect(reply.body.contains(expected), "\(expected) is missing")
+            @Sendable func signIn() async throws {
+                var request = IDTokenRequest(sub: sub)
+                // Issued after any revocation before it (an earlier ID token no longer signs this user in).
+                request.iat = Date().timeIntervalSince1970.rounded(.down) + 1
+                let token = try await transmitter.makeIDToken(request)
+                let reply = try await client.send(.POST, "/tokensignin", body: "idtoken=\(token)", contentType: "application/x-www-form-urlencoded")
+                #expect(reply.status == 200, "\(reply.body)")
             }
+            @Sendable func metrics() async throws -> [String: Double] {
+                let reply = try await client.send(.GET, "/metrics")
+                #expect(reply.status == 200)
+                #expect(reply.headers.first(name: "content-type")?.hasPrefix("text/plain") == true)
+                var values: [String: Double] = [:]
+                for line in reply.body.split(separator: "\n") where !line.hasPrefix("#") {
+                    guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+                    values[String(line[..<space])] = value
+                }
+                return values
+            }
+
+            // tokens-revoked ends the session and deletes the grant, applied on receipt.
+            try await signIn()
+            let grant = try await client.send(
+                .POST, "/v1/grants", bearer: Harness.serviceToken,
+                json: ["sub": .string(sub), "refresh_token": .string("1//metrics-\(UUID().uuidString)"), "client_id": .string(Harness.audience)])
+            #expect(grant.status == 201)
+            let set = try await transmitter.makeSET(SETRequest(type: "tokens-revoked", sub: sub))
+            #expect(try await client.send(.POST, "/risc/events", body: set, contentType: "application/secevent+jwt").status == 202)
+            #expect(try await client.send(.POST, "/risc/events", body: "not-a-jws", contentType: "application/secevent+jwt").status == 400)
+            var values = try await metrics()
+            for (name, expected) in [
+                #"risc_sets_received_total{event_type="tokens-revoked",outcome="accepted"}"#: 1.0,
+                #"risc_sets_received_total{event_type="unparsed",outcome="invalid_request"}"#: 1,
+                #"risc_signins_total{outcome="success"}"#: 1, "risc_sessions_revoked_total": 1, "risc_grants_deleted_total": 1,
+                "risc_worker_queue_depth": 0, "risc_worker_lag_seconds": 0,
+            ] {
+                #expect(values[name] == expected, "\(name)")
+            }
+            #expect(values[#"risc_jwks_fetches_total{issuer="risc",outcome="success"}"#] ?? 0 >= 1)
+            #expect(values.keys.contains { $0.hasPrefix("risc_ingest_duration_seconds_bucket") })
+            #expect(!values.keys.contains { $0.hasPrefix("risc_worker_events_total") }, "applied on receipt, not by a worker")
+
+            // A worker applies an event left waiting (as a batch that fell back would be): a copy of the SET, after
+            // a new sign-in. Its counts add to the same counters.
+            try await signIn()
+            let database = PostgresClient(configuration: try DatabaseURL.configuration(from: serve.databaseURL), backgroundLogger: Harness.logger)
+            _ = try await database.whileRunning { database in
+                try await database.query(
+                    """
+                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
+                    SELECT issuer, jti || '-copy', event_types, subject_sub, events, claims, issued_at FROM risc_events
+                    WHERE subject_sub = \(sub)
+                    """)
+            }
+            try await eventually("the worker applies the copy") {
+                values = try await metrics()
+                return values[#"risc_worker_events_total{outcome="done"}"#] == 1
+            }
+            #expect(values["risc_sessions_revoked_total"] == 2)
+            #expect(values["risc_grants_deleted_total"] == 1)
+            #expect(values.keys.contains { $0.hasPrefix("risc_worker_batch_duration_seconds") })
         }
     }
 

@@ -93,6 +93,19 @@ struct AccountRulesTests {
         #expect(AccountAction.deleteGrant(identifier, clientIDs: []).kind == .deleteGrantByHash)
     }
 
+    @Test("What applied actions changed, for the metrics: rows for sessions and grants, actions for ambiguous identifiers")
+    func actionTotals() {
+        let totals = ActionTotals(
+            kinds: ["revoke_sessions", "delete_grants", "delete_grant_by_prefix", "delete_grant_by_hash", "ambiguous_token_identifier",
+                    "disable_sign_in", "a_kind_from_a_newer_build"],
+            actions: [2, 1, 3, 1, 2, 1, 9], rows: [5, 4, 3, 1, 7, 1, 9])
+        #expect(totals.sessionsRevoked == 5 && totals.grantsDeleted == 8 && totals.ambiguousTokenIdentifiers == 2)
+        var sum = totals
+        sum.add(ActionTotals(kinds: ["revoke_sessions"], actions: [1], rows: [1]))
+        #expect(sum.sessionsRevoked == 6 && sum.grantsDeleted == 8)
+        #expect(ActionTotals(kinds: [], actions: [], rows: []) == ActionTotals())
+    }
+
     @Test("Retries back off exponentially with jitter, capped, then dead-letter")
     func retryPolicy() {
         let policy = RetryPolicy(maxAttempts: 4, baseDelay: 2, maxDelay: 10)
