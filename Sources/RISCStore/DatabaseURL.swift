@@ -83,6 +83,27 @@ public enum DatabaseURL {
         }
     }
 
+    /// The configuration of a single connection outside the pool, for whoever needs one connection's lifetime (the
+    /// delivery prober's session advisory lock lives exactly as long as its connection).
+    public static func connectionConfiguration(from url: String) throws -> PostgresConnection.Configuration {
+        try connectionConfiguration(try parts(url))
+    }
+
+    static func connectionConfiguration(_ parts: Parts) throws -> PostgresConnection.Configuration {
+        switch parts.address {
+        case .socket(let path):
+            return .init(unixSocketPath: path, username: parts.username, password: parts.password, database: parts.database)
+        case .tcp(let host, let port):
+            let tls: PostgresConnection.Configuration.TLS =
+                switch parts.tls {
+                case .disable: .disable
+                case .prefer: .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
+                case .require: .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+                }
+            return .init(host: host, port: port, username: parts.username, password: parts.password, database: parts.database, tls: tls)
+        }
+    }
+
     /// The database cannot be used, and why: the server's own words (an unknown role, a missing database) or the
     /// network's (refused, unknown host, no TLS), with where it is. Never the password.
     public struct Unreachable: Error, CustomStringConvertible {
@@ -100,21 +121,8 @@ public enum DatabaseURL {
         let parts: Parts
         do { parts = try Self.parts(url) } catch { throw Unreachable(description: "DATABASE_URL: \(error)") }
         var configuration: PostgresConnection.Configuration
-        switch parts.address {
-        case .socket(let path):
-            configuration = .init(unixSocketPath: path, username: parts.username, password: parts.password, database: parts.database)
-        case .tcp(let host, let port):
-            let sslContext: NIOSSLContext
-            do { sslContext = try NIOSSLContext(configuration: .makeClientConfiguration()) } catch {
-                throw Unreachable(description: "cannot set up TLS for the database: \(error)")
-            }
-            let tls: PostgresConnection.Configuration.TLS =
-                switch parts.tls {
-                case .disable: .disable
-                case .prefer: .prefer(sslContext)
-                case .require: .require(sslContext)
-                }
-            configuration = .init(host: host, port: port, username: parts.username, password: parts.password, database: parts.database, tls: tls)
+        do { configuration = try connectionConfiguration(parts) } catch {
+            throw Unreachable(description: "cannot set up TLS for the database: \(error)")
         }
         configuration.options.connectTimeout = .milliseconds(Int64(timeout.components.seconds * 1000))
         let reason: String

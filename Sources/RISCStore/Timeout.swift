@@ -1,3 +1,4 @@
+import PostgresNIO
 import Synchronization
 
 public struct TimeoutError: Error {}
@@ -9,6 +10,35 @@ public struct TimeoutError: Error {}
 public func withTimeout<Result: Sendable>(
     _ timeout: Duration, _ operation: @escaping @Sendable () async throws -> Result
 ) async throws -> Result {
+    try await race(operation) {
+        try await Task.sleep(for: timeout)
+        throw TimeoutError()
+    }
+}
+
+/// The connection closed while `whileOpen` ran on it (the server ended it, or the network failed).
+public struct ConnectionClosed: Error, CustomStringConvertible {
+    public var description: String { "the database connection closed" }
+}
+
+/// Runs `operation`, which uses `connection`, and throws `ConnectionClosed` as soon as the connection closes,
+/// without waiting for the operation (cancelled, not awaited): postgres-nio 1.33.2 never answers a query written
+/// to a connection that has already closed, so a loop of queries on a connection of its own would wait forever.
+public func whileOpen<Result: Sendable>(
+    _ connection: PostgresConnection, _ operation: @escaping @Sendable () async throws -> Result
+) async throws -> Result {
+    try await race(operation) {
+        try await connection.closeFuture.get()
+        throw ConnectionClosed()
+    }
+}
+
+/// Runs `operation` against `rival`: the result is the operation's, unless the rival throws first (its error is
+/// thrown) or the caller is cancelled (`CancellationError`). The loser is cancelled, never awaited. A rival that
+/// is cancelled (throws `CancellationError`) loses silently.
+func race<Result: Sendable>(
+    _ operation: @escaping @Sendable () async throws -> Result, rival: @escaping @Sendable () async throws -> Never
+) async throws -> Result {
     let once = ResumeOnce<Result>()
     return try await withTaskCancellationHandler {
         try await withCheckedThrowingContinuation { continuation in
@@ -19,8 +49,7 @@ public func withTimeout<Result: Sendable>(
             once.setWork(work)
             once.setTimer(
                 Task {
-                    guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                    once.resume(with: .failure(TimeoutError()))
+                    do { try await rival() } catch is CancellationError {} catch { once.resume(with: .failure(error)) }
                 })
         }
     } onCancel: {
@@ -28,7 +57,7 @@ public func withTimeout<Result: Sendable>(
     }
 }
 
-/// A continuation that only the first of several racers resumes; resuming also stops the timer.
+/// A continuation that only the first of several racers resumes; resuming also stops the other racers.
 private final class ResumeOnce<Value: Sendable>: Sendable {
     private struct State {
         var continuation: CheckedContinuation<Value, any Error>?

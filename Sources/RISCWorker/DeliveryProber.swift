@@ -10,9 +10,11 @@ import ServiceLifecycle
 /// Checks, every interval, that Google's deliveries reach this service end to end (SPEC §9): reads the stream
 /// and its status from the management API, asks for a verification SET with a fresh `state`, and waits for it
 /// to arrive through `POST /risc/events` (a trigger records the arrival) or the interval to pass.
-/// Exactly one instance probes: the one holding a session advisory lock, on a connection it keeps for as long as
-/// it leads. When it dies its connection closes, the lock goes with it, and another instance takes it at its
-/// next try. Every instance refreshes the health metrics from the database.
+/// Exactly one instance probes: the one holding a session advisory lock. Each instance asks for it on a
+/// connection of its own, outside the pool, so the lock lives exactly as long as that connection: when the
+/// instance dies, or the connection fails, the server drops the lock, and another instance takes it at its next
+/// try. (On a pooled connection, an unlock that failed would leave the lock on an idle connection of a live
+/// process, and nobody would probe.) Every instance refreshes the health metrics from the database.
 public final class DeliveryProber: Service, Sendable {
     public struct Settings: Sendable {
         public var interval: Duration
@@ -33,14 +35,20 @@ public final class DeliveryProber: Service, Sendable {
     static let lockKey = "risc-delivery-probe"
 
     let client: PostgresClient
+    let lockConnection: PostgresConnection.Configuration
     let management: RISCManagement
     let settings: Settings
     let logger: Logger
     let probes: DeliveryProbes
     let startedAt = Date()
 
-    public init(client: PostgresClient, management: RISCManagement, settings: Settings, logger: Logger) {
+    /// `lockConnection`: the database, for the one connection outside the pool that asks for the lock and probes.
+    public init(
+        client: PostgresClient, lockConnection: PostgresConnection.Configuration, management: RISCManagement, settings: Settings,
+        logger: Logger
+    ) {
         self.client = client
+        self.lockConnection = lockConnection
         self.management = management
         self.settings = settings
         self.logger = logger
@@ -63,7 +71,7 @@ public final class DeliveryProber: Service, Sendable {
                 group.addTask {
                     while !Task.isCancelled {
                         do {
-                            try await self.leadWhilePossible()
+                            try await self.leadWhenPossible(pause: pause)
                         } catch {
                             if Task.isCancelled { return }
                             self.logger.warning(
@@ -77,29 +85,36 @@ public final class DeliveryProber: Service, Sendable {
         logger.info("Delivery prober stopped")
     }
 
-    /// Takes the lock if no other instance holds it, then probes every interval on that connection until this
-    /// task ends; it hands the lock back before the connection returns to the pool.
-    private func leadWhilePossible() async throws {
-        try await client.withConnection { connection in
-            var leading = false
-            for try await taken in try await connection.query("SELECT pg_try_advisory_lock(hashtext(\(Self.lockKey)))", logger: logger).decode(Bool.self) {
-                leading = taken
-            }
-            guard leading else { return }
-            logger.info("This instance now probes delivery")
-            do {
-                while !Task.isCancelled {
-                    let started = ContinuousClock.now
-                    try await probe(on: connection)
-                    let next = started + settings.interval
-                    if ContinuousClock.now < next { try await Task.sleep(until: next) }
-                }
-            } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtext(\(Self.lockKey)))", logger: logger)
-                throw error
-            }
-            _ = try? await connection.query("SELECT pg_advisory_unlock(hashtext(\(Self.lockKey)))", logger: logger)
+    /// Opens the prober's own connection and asks for the lock on it every `pause`; once it has the lock, probes
+    /// every interval until this task ends or the connection fails. Closing the connection hands the lock on.
+    private func leadWhenPossible(pause: Duration) async throws {
+        let connection = try await PostgresConnection.connect(configuration: lockConnection, id: 0, logger: logger)
+        do {
+            try await whileOpen(connection) { try await self.lead(on: connection, pause: pause) }
+        } catch {
+            try? await connection.close()
+            throw error
         }
+        try? await connection.close()
+    }
+
+    /// Asks for the lock every `pause` until this instance has it, then probes every interval.
+    private func lead(on connection: PostgresConnection, pause: Duration) async throws {
+        while try await !takeLock(on: connection) { try await Task.sleep(for: pause) }
+        logger.info("This instance now probes delivery")
+        while !Task.isCancelled {
+            let started = ContinuousClock.now
+            try await probe(on: connection)
+            let next = started + settings.interval
+            if ContinuousClock.now < next { try await Task.sleep(until: next) }
+        }
+    }
+
+    private func takeLock(on connection: PostgresConnection) async throws -> Bool {
+        for try await taken in try await connection.query("SELECT pg_try_advisory_lock(hashtext(\(Self.lockKey)))", logger: logger).decode(Bool.self) {
+            return taken
+        }
+        return false
     }
 
     /// One probe; it waits at most one interval for the SET.

@@ -65,7 +65,8 @@ struct Serve: AsyncParsableCommand {
         if let management, let deliveryURL = configuration.deliveryURL {
             background.append(
                 DeliveryProber(
-                    client: dependencies.postgres, management: management,
+                    client: dependencies.postgres, lockConnection: try DatabaseURL.connectionConfiguration(from: configuration.databaseURL),
+                    management: management,
                     settings: .init(interval: .milliseconds(Int64(configuration.verifyIntervalSeconds * 1000)), deliveryURL: deliveryURL),
                     logger: Logger(label: "risc-receiver.delivery-probe")))
         }

@@ -34,6 +34,7 @@ struct ServeProcess {
     let url: String
     let logFile: String
     let databaseURL: String
+    let secretFile: String
 
     var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
 
@@ -54,31 +55,42 @@ struct ServeProcess {
     ) async throws {
         let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
         try await serving(transmitter) {
-            let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("client-secret-\(UUID().uuidString).json").path
-            #expect(FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8)))
-            let port = freePort()
-            var environment: [String: String] = [
-                "DATABASE_URL": databaseURL, "RISC_CLIENT_IDS": Harness.audience,
-                "RISC_PORT": String(port), "RISC_CONFIGURATION_URL": transmitter.discoveryURL,
-                "GOOGLE_OPENID_CONFIGURATION_URL": transmitter.openIDConfigurationURL,
-                "RISC_SERVICE_TOKEN": Harness.serviceToken, "RISC_VAULT_KEY": Harness.vaultKey,
-                "RISC_ADMIN_TOKEN": Harness.adminToken,
-                "GOOGLE_CLIENT_SECRET_FILES": secretFile, "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
-                "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path,
-            ]
-            environment.merge(extra) { _, new in new }
-            let logFile = FileManager.default.temporaryDirectory.appendingPathComponent("serve-\(UUID().uuidString).log").path
-            let process = try ChildProcess.spawn(riscReceiverBinary, ["serve"] + arguments, environment: environment, outputFile: logFile)
-            let serve = ServeProcess(process: process, url: "http://127.0.0.1:\(port)", logFile: logFile, databaseURL: databaseURL)
-            defer {
-                serve.process.kill(SIGKILL)
-                _ = waitpid(serve.process.pid, nil, WNOHANG)
-                try? FileManager.default.removeItem(atPath: secretFile)
-                try? FileManager.default.removeItem(atPath: logFile)
-            }
+            let serve = try start(databaseURL: databaseURL, transmitter: transmitter, environment: extra, arguments: arguments)
+            defer { serve.stop() }
             try await serve.waitUntilReady()
             try await body(serve, transmitter)
         }
+    }
+
+    /// Starts `serve` against `transmitter` (running in this process) on a free port; `stop()` ends it. Several may
+    /// share one database.
+    static func start(
+        databaseURL: String, transmitter: DevTransmitter, port: Int = freePort(), environment extra: [String: String] = [:],
+        arguments: [String] = []
+    ) throws -> ServeProcess {
+        let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("client-secret-\(UUID().uuidString).json").path
+        #expect(FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8)))
+        var environment: [String: String] = [
+            "DATABASE_URL": databaseURL, "RISC_CLIENT_IDS": Harness.audience,
+            "RISC_PORT": String(port), "RISC_CONFIGURATION_URL": transmitter.discoveryURL,
+            "GOOGLE_OPENID_CONFIGURATION_URL": transmitter.openIDConfigurationURL,
+            "RISC_SERVICE_TOKEN": Harness.serviceToken, "RISC_VAULT_KEY": Harness.vaultKey,
+            "RISC_ADMIN_TOKEN": Harness.adminToken,
+            "GOOGLE_CLIENT_SECRET_FILES": secretFile, "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+            "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path,
+        ]
+        environment.merge(extra) { _, new in new }
+        let logFile = FileManager.default.temporaryDirectory.appendingPathComponent("serve-\(UUID().uuidString).log").path
+        let process = try ChildProcess.spawn(riscReceiverBinary, ["serve"] + arguments, environment: environment, outputFile: logFile)
+        return ServeProcess(process: process, url: "http://127.0.0.1:\(port)", logFile: logFile, databaseURL: databaseURL, secretFile: secretFile)
+    }
+
+    /// Kills the process (SIGKILL, if it still runs) and removes its files.
+    func stop() {
+        process.kill(SIGKILL)
+        _ = waitpid(process.pid, nil, WNOHANG)
+        try? FileManager.default.removeItem(atPath: secretFile)
+        try? FileManager.default.removeItem(atPath: logFile)
     }
 
     func waitUntilReady() async throws {
