@@ -1,13 +1,12 @@
--- Metrics for events applied on receipt: the procedure also says, per action kind, how many actions a batch
--- applied on receipt recorded and how many rows they changed, so `serve` counts revoked sessions and deleted
+-- Metrics for events applied on receipt: the inbox's procedure also says, per action kind, how many actions a
+-- batch applied on receipt recorded and how many rows they changed, so `serve` counts revoked sessions and deleted
 -- grants as a worker does (it counted none). NULL when nothing was applied (`serve --no-worker`, or the batch
--- fell back to pending for a worker).
--- Same body as 0008 otherwise. The new INOUT parameters come last, with defaults: a CALL naming the old sixteen
--- still resolves, and reads `stored` in the first column as before.
-DROP PROCEDURE risc_store_events(text[], text[], text[], text[], text[], text[], float8[], text[], integer[], integer[],
-                                 text[], text[], text[], text[], boolean, bigint[]);
-
-CREATE PROCEDURE risc_store_events(
+-- fell back to pending for a worker). Otherwise it does what risc_store_events (0008) does.
+-- A new name, not a replaced risc_store_events: binaries from before this migration may still serve while it
+-- runs, with that CALL prepared on their connections, and PostgreSQL fails a prepared CALL whose procedure now
+-- returns more columns ("cached plan must not change result type"). risc_store_events stays for them; a later
+-- migration drops it.
+CREATE PROCEDURE risc_ingest_events(
     issuers text[], jtis text[], types text[], subs text[], events text[], claims text[], iats float8[],
     statuses text[],
     -- The actions, one element per action, in each event's order: `action_rows` is the 1-based place of the

@@ -1,7 +1,7 @@
 import PostgresNIO
 import RISC
 
-/// Actions in the form `risc_apply_actions` takes them, and `risc_store_events` passes them on: parallel arrays,
+/// Actions in the form `risc_apply_actions` takes them, and `risc_ingest_events` passes them on: parallel arrays,
 /// one element per action, '' for no sub or argument, the client IDs as a JSON array. The worker keys each
 /// action by its event's id, the inbox by its SET's 1-based place in the batch.
 public struct ActionColumns<Key: PostgresArrayEncodable & Sendable>: Sendable {

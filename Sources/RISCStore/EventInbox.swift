@@ -222,9 +222,9 @@ public final class EventInbox: Service, Sendable {
 /// one element per SET, then one per action (with the 1-based place of its SET in the batch).
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
-        CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                               $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool,
-                               NULL, NULL, NULL, NULL)
+        CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+                                $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool,
+                                NULL, NULL, NULL, NULL)
         """
     /// The new rows' places in the batch; then, if applied on receipt, each action kind recorded with its number of
     /// actions and the rows they changed.

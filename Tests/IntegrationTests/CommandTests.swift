@@ -213,6 +213,69 @@ struct CommandTests {
         }
     }
 
+    /// How a binary from before migration 0011 stored a batch: this CALL, prepared on each of its connections.
+    struct StoreEventsBefore0011: PostgresPreparedStatement {
+        static let sql = """
+            CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+                                   $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool, NULL)
+            """
+        typealias Row = [Int64]?
+        let jti: String
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 15)
+            bindings.append(["https://accounts.google.com/"])
+            bindings.append([jti])
+            bindings.append([#"["https://schemas.openid.net/secevent/risc/event-type/sessions-revoked"]"#])
+            bindings.append(["upgrade-sub"])
+            bindings.append(["[]"])
+            bindings.append([#"{"jti": "\#(jti)"}"#])
+            bindings.append([1_800_000_000.0])
+            bindings.append(["pending"])
+            for _ in 0..<2 { bindings.append([Int32]()) }
+            for _ in 0..<4 { bindings.append([String]()) }
+            bindings.append(false)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode([Int64]?.self) }
+    }
+
+    @Test("A serve from before a migration keeps storing SETs while it runs: its prepared CALL still answers after 0011")
+    func rollingUpgrade() async throws {
+        let all = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
+        let before0011 = Migrator(migrations: all.migrations.filter { $0.version < "0011" })
+        let logger = Harness.logger
+        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
+        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
+        let name = "risc_upgrade_\(UInt32.random(in: 0...UInt32.max))"
+        let url = adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?")
+        try await admin.whileRunning(timeout: .seconds(120)) { admin in
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
+            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
+            try await client.whileRunning(timeout: .seconds(60)) { client in
+                _ = try await before0011.migrate(client: client, logger: logger)
+                // The old binary's connection: its CALL prepared and run once before the migration, again after.
+                let old = try await PostgresConnection.connect(configuration: try DatabaseURL.connectionConfiguration(from: url), id: 1, logger: logger)
+                do {
+                    for try await stored in try await old.execute(StoreEventsBefore0011(jti: "before"), logger: logger) { #expect(stored == [1]) }
+                    #expect(try await all.migrate(client: client, logger: logger).contains { $0.hasPrefix("0011") })
+                    for try await stored in try await old.execute(StoreEventsBefore0011(jti: "after"), logger: logger) { #expect(stored == [1]) }
+                } catch {
+                    try? await old.close()
+                    throw error
+                }
+                try await old.close()
+                var jtis: [String] = []
+                for try await jti in try await client.query("SELECT jti FROM risc_events ORDER BY id", logger: logger).decode(String.self) {
+                    jtis.append(jti)
+                }
+                #expect(jtis == ["before", "after"])
+            }
+            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+        }
+    }
+
     static func migrate(databaseURL url: String) async throws {
         let logger = Harness.logger
         let environment = ["DATABASE_URL": url, "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path]
