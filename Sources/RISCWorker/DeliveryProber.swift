@@ -100,11 +100,19 @@ public final class DeliveryProber: Service, Sendable {
 
     /// Asks for the lock every `pause` until this instance has it, then probes every interval.
     private func lead(on connection: PostgresConnection, pause: Duration) async throws {
+        // Should this host vanish without closing the connection (a crash, a partition), the server notices within
+        // about a minute and drops the lock, rather than after the operating system's two hours of TCP silence.
+        try await connection.query(
+            """
+            SELECT set_config('tcp_keepalives_idle', '30', false), set_config('tcp_keepalives_interval', '10', false),
+                   set_config('tcp_keepalives_count', '3', false)
+            """, logger: logger)
         while try await !takeLock(on: connection) { try await Task.sleep(for: pause) }
         logger.info("This instance now probes delivery")
         while !Task.isCancelled {
             let started = ContinuousClock.now
-            try await probe(on: connection)
+            // Bounded: on a connection whose server went silent, a query would wait for TCP to give up.
+            try await withTimeout(settings.interval + .seconds(30)) { try await self.probe(on: connection) }
             let next = started + settings.interval
             if ContinuousClock.now < next { try await Task.sleep(until: next) }
         }
@@ -128,6 +136,8 @@ public final class DeliveryProber: Service, Sendable {
         } catch {
             report.error = error.description
         }
+        // Cancelled (the connection closed, or shutdown) during a call above: write nothing more on this connection.
+        try Task.checkCancellation()
         let state = "risc-probe-" + Base64URL.random(bytes: 16)
         try await probes.start(state: state, proberStartedAt: startedAt, report: report, on: connection)
         let requested = ContinuousClock.now
@@ -135,6 +145,7 @@ public final class DeliveryProber: Service, Sendable {
         do {
             try await management.verify(state: state)
         } catch {
+            try Task.checkCancellation()
             try await probes.recordError(state: state, "verification not requested: \(error.description)", on: connection)
         }
         let deadline = requested + settings.interval

@@ -95,11 +95,11 @@ struct OperationsTests {
                     WHERE subject_sub = \(sub)
                     """)
             }
-            try await eventually("the worker applies the copy") {
+            // Both figures waited for: the worker counts the event and what it changed one after the other.
+            try await eventually("the worker applies the copy and counts what it changed") {
                 values = try await metrics()
-                return values[#"risc_worker_events_total{outcome="done"}"#] == 1
+                return values[#"risc_worker_events_total{outcome="done"}"#] == 1 && values["risc_sessions_revoked_total"] == 2
             }
-            #expect(values["risc_sessions_revoked_total"] == 2)
             #expect(values["risc_grants_deleted_total"] == 1)
             #expect(values.keys.contains { $0.hasPrefix("risc_worker_batch_duration_seconds") })
         }
