@@ -4,8 +4,9 @@ import RISC
 import RISCMetrics
 import RISCStore
 
-/// Deletes `done` and `ignored` events received more than the retention ago, with their actions (SPEC §7,
-/// RISC_EVENT_RETENTION_DAYS). Small batches, each its own short transaction with a pause after it, so ingest
+/// Deletes `done` and `ignored` events received more than the retention ago, with their actions and their
+/// delivered notifications (SPEC §7, RISC_EVENT_RETENTION_DAYS; pending and dead notifications stay, to be
+/// delivered or replayed). Small batches, each its own short transaction with a pause after it, so ingest
 /// never waits on a long delete; the rows are old, so nothing new is ever locked. Of many workers, one
 /// deletes at a time (a transaction-level advisory lock); the others skip that round.
 ///
@@ -64,7 +65,8 @@ public struct EventRetention: Sendable {
         return total
     }
 
-    /// One batch: its events' actions, then the events. 0 when another worker holds the retention lock.
+    /// One batch: its events' delivered notifications and actions, then the events. 0 when another worker holds
+    /// the retention lock.
     func deleteBatch() async throws -> Int {
         try await client.transaction(logger: logger) { connection in
             var locked = false
@@ -82,6 +84,8 @@ public struct EventRetention: Sendable {
                 """, logger: logger)
             for try await id in rows.decode(Int64.self) { ids.append(id) }
             guard !ids.isEmpty else { return 0 }
+            try await connection.query(
+                "DELETE FROM risc_notifications WHERE event_id = ANY(\(ids)) AND status = \(NotificationStatus.delivered)", logger: logger)
             try await connection.query("DELETE FROM risc_event_actions WHERE event_id = ANY(\(ids))", logger: logger)
             try await connection.query("DELETE FROM risc_events WHERE id = ANY(\(ids))", logger: logger)
             return ids.count

@@ -17,6 +17,9 @@ struct RetentionTests {
         try await Harness.withIsolatedDatabase(options) { harness in
             let sub = "kept-\(UUID().uuidString.prefix(8))"
             let session = try await harness.newSession(sub: sub)
+            // A subscriber: each action below is notified (no dispatcher runs, so the notifications wait).
+            try await harness.database.query(
+                "INSERT INTO risc_subscribers (url, secret) VALUES ('http://127.0.0.1:9/hook', 'whsec_cmV0ZW50aW9uLXRlc3Qtc2VjcmV0LTMyLWJ5dGVzIQ==')")
             // Three old events that are finished (two done, one ignored), and three that must stay: a recent one,
             // an old one still waiting for a worker, and an old dead one.
             let oldRevocation = try await harness.sendAndWait("sessions-revoked", sub: sub)
@@ -36,6 +39,21 @@ struct RetentionTests {
             try await harness.database.query(
                 "UPDATE risc_events SET received_at = now() - interval '401 days', run_after = now() + interval '1 hour' WHERE jti = ANY(\(old))")
 
+            // Of the old events' notifications: the revocation's was delivered, the flag's is dead (to replay).
+            try await harness.database.query(
+                """
+                UPDATE risc_notifications SET status = CASE event_jti WHEN \(oldRevocation) THEN 'delivered' ELSE 'dead' END
+                WHERE event_jti = ANY(\([oldRevocation, oldFlag]))
+                """)
+            @Sendable func notifications() async throws -> [String: String] {
+                var found: [String: String] = [:]
+                for try await (jti, status) in try await harness.database.query("SELECT event_jti, status FROM risc_notifications").decode((String, String).self) {
+                    found[jti] = status
+                }
+                return found
+            }
+            #expect(try await notifications() == [oldRevocation: "delivered", oldFlag: "dead", recent: "pending"])
+
             var settings = EventRetention.Settings()
             settings.batchSize = 2  // three to delete: two batches, the second short
             settings.pause = .zero
@@ -48,6 +66,8 @@ struct RetentionTests {
                 left.append(jti)
             }
             #expect(Set(left) == [recent, "old-waiting", "old-dead"])
+            // The delivered notification went with its event; the dead one stays to be replayed, the recent one to be sent.
+            #expect(try await notifications() == [oldFlag: "dead", recent: "pending"])
             var orphans = -1
             for try await count in try await harness.database.query(
                 "SELECT count(*)::int FROM risc_event_actions a WHERE NOT EXISTS (SELECT 1 FROM risc_events e WHERE e.id = a.event_id)"
