@@ -8,7 +8,9 @@
 #      - latency: offered half the saturation rate (open loop);
 #      - time to revoke under a burst: wrk at full speed again while BURST_USERS signed-in users get a
 #        sessions-revoked SET each, spread over the run; from each 202 to the user's first 401;
-#   3. the split deployment: `serve --no-worker` plus one `worker` process, saturation only.
+#   3. the default `serve` with one subscriber (SPEC §10): each SET's action also writes a notification, which
+#      the dispatcher delivers to a local `dev webhook-sink`; saturation, and how long until all are delivered;
+#   4. the split deployment: `serve --no-worker` plus one `worker` process, saturation only.
 #   scripts/bench-ingest.sh [CONNECTIONS=64] [SECONDS=10] [BURST_USERS=200]
 # RISC_BENCH_PERF=FILE records a system-wide CPU profile of the default saturation run.
 set -euo pipefail
@@ -88,7 +90,26 @@ wait "$wrk_pid"
 burst=$(cat "$work/burst-wrk")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
-# 3. The split deployment.
+# 3. The default `serve` with one subscriber: a notification per SET, delivered to a local sink (verifies each
+#    signature, answers 204).
+fresh_database risc_notify
+sink_port=$(pg_free_port)
+sink_secret=whsec_$(head -c 32 /dev/urandom | base64)
+"$bin" dev webhook-sink --port "$sink_port" --secret "$sink_secret" >/dev/null 2>>"$work/sink.log" &
+pids+=($!)
+psql -c "INSERT INTO risc_subscribers (url, secret) VALUES ('http://127.0.0.1:$sink_port/', '$sink_secret')" >/dev/null
+start_serve
+sign $((max_rate * seconds)) 0 "$work/notify-tokens"
+warm_up
+saturate notify "$work/notify-tokens" "$serve_pid"
+notify_result=$result notify_rows=$stored_rows notify_server_us=$server_cpu_us notify_pg_us=$pg_cpu_us notify_202s=$accepted_202s
+start=$(date +%s.%N)
+while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.1; done
+notify_drain=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+notified=$(psql -c "SELECT count(*) FILTER (WHERE status = 'delivered') || ' delivered, ' || count(*) FILTER (WHERE status = 'dead') || ' dead, of ' || count(*) FROM risc_notifications")
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+
+# 4. The split deployment.
 fresh_database risc_split
 start_serve --no-worker
 "$bin" worker 2>>"$work/worker.log" &
@@ -100,7 +121,7 @@ receiver0=$(cpu "$serve_pid")
 saturate split "$work/split-tokens" "$serve_pid" "$worker_pid"
 split_receiver_us=$(python3 -c "print(round(($(cpu "$serve_pid") - $receiver0) * 1e6 / $stored_rows))")
 
-[ "$default_rows" = "$default_202s" ] && [ "$stored_rows" = "$accepted_202s" ] || rows_mismatch=1
+[ "$default_rows" = "$default_202s" ] && [ "$notify_rows" = "$notify_202s" ] && [ "$stored_rows" = "$accepted_202s" ] || rows_mismatch=1
 cat <<TXT
 Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections, ${seconds}s per run; fsync on)
   ceiling:          pgbench $pgbench_tps single-row insert transactions/s ($connections clients)
@@ -112,6 +133,11 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
     half rate:      offered $half_rate/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
     burst revoke:   202 -> first 401 over $(field users "$revoke") users at $(python3 -c "print(round($burst_users / $seconds))")/s, beside wrk at $(field rate "$burst") SETs/s (non-202: $(field not_202 "$burst")):
                     p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms ($(field polls_per_user "$revoke") checks per user: 1.0 means the first check after the 202 was already refused)
+  default serve with one subscriber (a notification per SET, to a local dev webhook-sink):
+    saturation:     $(field rate "$notify_result") SETs/s, ratio $(ratio "$(field rate "$notify_result")" "$sat_rate") x the default serve without a subscriber; p50 $(field p50_ms "$notify_result") ms, p99 $(field p99_ms "$notify_result") ms; non-202: $(field not_202 "$notify_result")
+                    rows stored $notify_rows, server-counted 202s $notify_202s ($(check_rows "$notify_rows" "$notify_202s"))
+                    CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
+                    notifications: $notified; all delivered ${notify_drain} s after the run
   split (serve --no-worker + worker):
     saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
                     rows stored $stored_rows, server-counted 202s $accepted_202s ($(check_rows "$stored_rows" "$accepted_202s"))
