@@ -246,33 +246,24 @@ struct CommandTests {
         let all = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
         let before0011 = Migrator(migrations: all.migrations.filter { $0.version < "0011" })
         let logger = Harness.logger
-        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
-        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
-        let name = "risc_upgrade_\(UInt32.random(in: 0...UInt32.max))"
-        let url = adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?")
-        try await admin.whileRunning(timeout: .seconds(120)) { admin in
-            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
-            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
-            try await client.whileRunning(timeout: .seconds(60)) { client in
-                _ = try await before0011.migrate(client: client, logger: logger)
-                // The old binary's connection: its CALL prepared and run once before the migration, again after.
-                let old = try await PostgresConnection.connect(configuration: try DatabaseURL.connectionConfiguration(from: url), id: 1, logger: logger)
-                do {
-                    for try await stored in try await old.execute(StoreEventsBefore0011(jti: "before"), logger: logger) { #expect(stored == [1]) }
-                    #expect(try await all.migrate(client: client, logger: logger).contains { $0.hasPrefix("0011") })
-                    for try await stored in try await old.execute(StoreEventsBefore0011(jti: "after"), logger: logger) { #expect(stored == [1]) }
-                } catch {
-                    try? await old.close()
-                    throw error
-                }
-                try await old.close()
-                var jtis: [String] = []
-                for try await jti in try await client.query("SELECT jti FROM risc_events ORDER BY id", logger: logger).decode(String.self) {
-                    jtis.append(jti)
-                }
-                #expect(jtis == ["before", "after"])
+        try await IsolatedDatabase.with(migrator: before0011) { database in
+            // The old binary's connection: its CALL prepared and run once before the migration, again after.
+            let old = try await PostgresConnection.connect(
+                configuration: try DatabaseURL.connectionConfiguration(from: database.url), id: 1, logger: logger)
+            do {
+                for try await stored in try await old.execute(StoreEventsBefore0011(jti: "before"), logger: logger) { #expect(stored == [1]) }
+                #expect(try await all.migrate(client: database.client, logger: logger).contains { $0.hasPrefix("0011") })
+                for try await stored in try await old.execute(StoreEventsBefore0011(jti: "after"), logger: logger) { #expect(stored == [1]) }
+            } catch {
+                try? await old.close()
+                throw error
             }
-            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+            try await old.close()
+            var jtis: [String] = []
+            for try await jti in try await database.client.query("SELECT jti FROM risc_events ORDER BY id", logger: logger).decode(String.self) {
+                jtis.append(jti)
+            }
+            #expect(jtis == ["before", "after"])
         }
     }
 

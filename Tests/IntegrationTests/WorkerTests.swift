@@ -12,7 +12,8 @@ struct IsolatedDatabase {
     let url: String
     let client: PostgresClient
 
-    static func with(_ body: @escaping @Sendable (IsolatedDatabase) async throws -> Void) async throws {
+    /// Migrated with `migrator` (every migration when nil).
+    static func with(migrator: Migrator? = nil, _ body: @escaping @Sendable (IsolatedDatabase) async throws -> Void) async throws {
         let logger = Harness.logger
         let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
         let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
@@ -22,7 +23,7 @@ struct IsolatedDatabase {
             try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
             let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
             try await client.whileRunning(timeout: .seconds(240)) { client in
-                try await Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
+                try await (migrator ?? Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path))
                     .migrate(client: client, logger: logger)
                 try await body(IsolatedDatabase(url: url, client: client))
             }
