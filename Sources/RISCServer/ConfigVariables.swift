@@ -96,7 +96,7 @@ public enum ConfigVariables {
 
     public static let eventRetentionDays = ConfigVariable<Int>(
         "RISC_EVENT_RETENTION_DAYS", default: .value(400),
-        help: "done and ignored events older than this many days are deleted with their actions and delivered notifications; 0 keeps everything",
+        help: "done and ignored events older than this many days are deleted with their actions, and so are delivered notifications; 0 keeps everything",
         rule: "must be 0 or a number of days from \(EventRetention.Settings.minimumDays) (a redelivery must still find its SET)"
     ) { $0 == 0 || $0 >= EventRetention.Settings.minimumDays }
 

@@ -4,9 +4,9 @@ import RISC
 import RISCMetrics
 import RISCStore
 
-/// Deletes `done` and `ignored` events received more than the retention ago, with their actions and their
-/// delivered notifications (SPEC §7, RISC_EVENT_RETENTION_DAYS; pending and dead notifications stay, to be
-/// delivered or replayed). Small batches, each its own short transaction with a pause after it, so ingest
+/// Deletes `done` and `ignored` events received more than the retention ago, with their actions (SPEC §7,
+/// RISC_EVENT_RETENTION_DAYS), and delivered notifications written more than the retention ago (pending and dead
+/// ones stay, to be delivered or replayed). Small batches, each its own short transaction with a pause after it, so ingest
 /// never waits on a long delete; the rows are old, so nothing new is ever locked. Of many workers, one
 /// deletes at a time (a transaction-level advisory lock); the others skip that round.
 ///
@@ -51,7 +51,8 @@ public struct EventRetention: Sendable {
         }
     }
 
-    /// Deletes batches until one comes back short; returns how many events were deleted.
+    /// Deletes batches until one comes back short, events first, then notifications; returns how many events
+    /// were deleted.
     @discardableResult
     public func sweep() async throws -> Int {
         var total = 0
@@ -62,18 +63,46 @@ public struct EventRetention: Sendable {
             if deleted < settings.batchSize { break }
             try await Task.sleep(for: settings.pause)
         }
+        while !Task.isCancelled {
+            if try await deleteNotificationBatch() < settings.batchSize { break }
+            try await Task.sleep(for: settings.pause)
+        }
         return total
     }
 
-    /// One batch: its events' delivered notifications and actions, then the events. 0 when another worker holds
-    /// the retention lock.
-    func deleteBatch() async throws -> Int {
+    /// In a transaction holding the retention lock; 0 when another worker holds it.
+    private func withRetentionLock(_ body: @escaping @Sendable (PostgresConnection) async throws -> Int) async throws -> Int {
         try await client.transaction(logger: logger) { connection in
             var locked = false
             for try await granted in try await connection.query(
                 "SELECT pg_try_advisory_xact_lock(hashtext('risc_event_retention'))", logger: logger
             ).decode(Bool.self) { locked = granted }
             guard locked else { return 0 }
+            return try await body(connection)
+        }
+    }
+
+    /// One batch of delivered notifications written more than the retention ago (the BRIN index on created_at).
+    func deleteNotificationBatch() async throws -> Int {
+        try await withRetentionLock { connection in
+            var deleted = 0
+            for try await count in try await connection.query(
+                """
+                WITH old AS (
+                    SELECT id FROM risc_notifications
+                    WHERE created_at < now() - make_interval(days => \(settings.days)::int4) AND status = \(NotificationStatus.delivered)
+                    LIMIT \(settings.batchSize) FOR UPDATE SKIP LOCKED
+                ), gone AS (DELETE FROM risc_notifications n USING old WHERE n.id = old.id RETURNING 1)
+                SELECT count(*)::int8 FROM gone
+                """, logger: logger
+            ).decode(Int64.self) { deleted = Int(count) }
+            return deleted
+        }
+    }
+
+    /// One batch: its events' actions, then the events. 0 when another worker holds the retention lock.
+    func deleteBatch() async throws -> Int {
+        try await withRetentionLock { connection in
             var ids: [Int64] = []
             // The BRIN index on received_at keeps this to the old part of the table.
             let rows = try await connection.query(
@@ -84,8 +113,6 @@ public struct EventRetention: Sendable {
                 """, logger: logger)
             for try await id in rows.decode(Int64.self) { ids.append(id) }
             guard !ids.isEmpty else { return 0 }
-            try await connection.query(
-                "DELETE FROM risc_notifications WHERE event_id = ANY(\(ids)) AND status = \(NotificationStatus.delivered)", logger: logger)
             try await connection.query("DELETE FROM risc_event_actions WHERE event_id = ANY(\(ids))", logger: logger)
             try await connection.query("DELETE FROM risc_events WHERE id = ANY(\(ids))", logger: logger)
             return ids.count

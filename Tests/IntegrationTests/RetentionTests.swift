@@ -39,11 +39,12 @@ struct RetentionTests {
             try await harness.database.query(
                 "UPDATE risc_events SET received_at = now() - interval '401 days', run_after = now() + interval '1 hour' WHERE jti = ANY(\(old))")
 
-            // Of the old events' notifications: the revocation's was delivered, the flag's is dead (to replay).
+            // The old events' notifications are as old: the revocation's was delivered, the flag's is dead (to replay).
+            // The recent one was delivered just now.
             try await harness.database.query(
                 """
-                UPDATE risc_notifications SET status = CASE event_jti WHEN \(oldRevocation) THEN 'delivered' ELSE 'dead' END
-                WHERE event_jti = ANY(\([oldRevocation, oldFlag]))
+                UPDATE risc_notifications SET status = CASE event_jti WHEN \(oldFlag) THEN 'dead' ELSE 'delivered' END,
+                       created_at = CASE event_jti WHEN \(recent) THEN created_at ELSE now() - interval '401 days' END
                 """)
             @Sendable func notifications() async throws -> [String: String] {
                 var found: [String: String] = [:]
@@ -52,7 +53,7 @@ struct RetentionTests {
                 }
                 return found
             }
-            #expect(try await notifications() == [oldRevocation: "delivered", oldFlag: "dead", recent: "pending"])
+            #expect(try await notifications() == [oldRevocation: "delivered", oldFlag: "dead", recent: "delivered"])
 
             var settings = EventRetention.Settings()
             settings.batchSize = 2  // three to delete: two batches, the second short
@@ -66,8 +67,8 @@ struct RetentionTests {
                 left.append(jti)
             }
             #expect(Set(left) == [recent, "old-waiting", "old-dead"])
-            // The delivered notification went with its event; the dead one stays to be replayed, the recent one to be sent.
-            #expect(try await notifications() == [oldFlag: "dead", recent: "pending"])
+            // The old delivered notification is gone; the dead one stays to be replayed, the recent one stays.
+            #expect(try await notifications() == [oldFlag: "dead", recent: "delivered"])
             var orphans = -1
             for try await count in try await harness.database.query(
                 "SELECT count(*)::int FROM risc_event_actions a WHERE NOT EXISTS (SELECT 1 FROM risc_events e WHERE e.id = a.event_id)"
