@@ -254,12 +254,12 @@ public struct NotificationStore: Sendable {
         return claimed.sorted { $0.id < $1.id }
     }
 
-    /// A 2xx: done.
-    public func markDelivered(_ delivery: Delivery) async throws {
+    /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement).
+    public func markDelivered(ids: [Int64]) async throws {
         try await client.query(
             """
             UPDATE risc_notifications SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
-            WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending)
+            WHERE id = ANY(\(ids)) AND status = \(NotificationStatus.pending)
             """, logger: logger)
     }
 

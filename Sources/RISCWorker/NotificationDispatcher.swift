@@ -14,6 +14,9 @@ import Synchronization
 /// notification). Keeps up to `concurrency` deliveries in flight; any number of dispatchers may run, in this
 /// process or others, as each takes only what no other holds. On graceful shutdown it takes nothing new and lets
 /// the deliveries in flight finish; one cut short is sent again once its lease ends.
+/// Successful deliveries are recorded together, by the loop, just before it takes more: one UPDATE for many
+/// instead of one each. A user's next notification is taken only after that (its order holds); a dispatcher that
+/// dies before recording sends those again after their lease (at least once, with the same webhook-id).
 public final class NotificationDispatcher: Service, Sendable {
     public struct Settings: Sendable {
         /// After the last attempt a notification is dead (RISC_NOTIFY_MAX_ATTEMPTS), and the delay between
@@ -37,6 +40,8 @@ public final class NotificationDispatcher: Service, Sendable {
     let settings: Settings
     let logger: Logger
     private let inFlight = Atomic<Int>(0)
+    /// Delivered, not yet recorded.
+    private let delivered = Mutex<[Int64]>([])
     private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
 
     public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
@@ -67,6 +72,7 @@ public final class NotificationDispatcher: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 await self.dispatch(wakeUps, http: http, group: &group)
             }
+            await self.recordDelivered()
         } onGracefulShutdown: {
             self.waker.withLock { $0?.finish() }
         }
@@ -106,6 +112,7 @@ public final class NotificationDispatcher: Service, Sendable {
     private func dispatch(_ wakeUps: AsyncStream<Void>, http: HTTPClient, group: inout DiscardingTaskGroup) async {
         for await _ in wakeUps {
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
+                await recordDelivered()
                 let free = settings.concurrency - inFlight.load(ordering: .relaxed)
                 guard free > 0 else { break }
                 let claimed: [NotificationStore.Delivery]
@@ -128,8 +135,26 @@ public final class NotificationDispatcher: Service, Sendable {
         }
     }
 
-    /// One attempt: sign, send, record the outcome. Any 2xx is delivered; anything else, or no answer in time, is
-    /// retried with backoff or, after the last attempt, dead.
+    /// Records the deliveries finished since the last call, in one statement.
+    private func recordDelivered() async {
+        let ids = delivered.withLock { ids in
+            defer { ids.removeAll() }
+            return ids
+        }
+        guard !ids.isEmpty else { return }
+        do {
+            try await store.markDelivered(ids: ids)
+            ServiceMetrics.notificationsDelivered(ids.count, outcome: "delivered")
+        } catch {
+            // The rows stay taken until their leases end, then are sent again: at least once.
+            logger.warning(
+                "Could not record deliveries; they will be sent again",
+                metadata: ["notifications": "\(ids.count)", "error": "\(DatabaseErrors.describe(error))"])
+        }
+    }
+
+    /// One attempt: sign, send, record the outcome (a delivery later, with others). Any 2xx is delivered; anything
+    /// else, or no answer in time, is retried with backoff or, after the last attempt, dead.
     func deliver(_ delivery: NotificationStore.Delivery, http: HTTPClient) async {
         let metadata: Logger.Metadata = [
             "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
@@ -156,8 +181,7 @@ public final class NotificationDispatcher: Service, Sendable {
         ServiceMetrics.notificationDuration(ContinuousClock.now - started)
         do {
             guard let failure else {
-                try await store.markDelivered(delivery)
-                ServiceMetrics.notificationsDelivered(1, outcome: "delivered")
+                delivered.withLock { $0.append(delivery.id) }  // recorded by the loop, with others
                 logger.debug("Notification delivered", metadata: metadata)
                 return
             }
