@@ -254,13 +254,26 @@ public struct NotificationStore: Sendable {
         return claimed.sorted { $0.id < $1.id }
     }
 
-    /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement).
-    public func markDelivered(ids: [Int64]) async throws {
-        try await client.query(
+    /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if
+    /// its attempt still holds the row, as for a failure: a record that comes after the lease ran out, once
+    /// another dispatcher has taken the row again, changes nothing (that attempt decides, and a user's next
+    /// notification is not released while this one may still be sent). Returns how many were recorded.
+    public func markDelivered(_ deliveries: [(id: Int64, attempt: Int)]) async throws -> Int {
+        var recorded = 0
+        for try await count in try await client.query(
             """
-            UPDATE risc_notifications SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
-            WHERE id = ANY(\(ids)) AND status = \(NotificationStatus.pending)
-            """, logger: logger)
+            WITH done AS (
+                UPDATE risc_notifications n SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
+                FROM unnest(\(deliveries.map(\.id)), \(deliveries.map { Int32($0.attempt) })) AS d(id, attempts)
+                WHERE n.id = d.id AND n.attempts = d.attempts AND n.status = \(NotificationStatus.pending)
+                RETURNING 1
+            )
+            SELECT count(*)::int8 FROM done
+            """, logger: logger
+        ).decode(Int64.self) {
+            recorded = Int(count)
+        }
+        return recorded
     }
 
     /// A failed attempt: due again after `retryAfter` seconds, or dead when nil. Only if no other dispatcher has

@@ -40,8 +40,8 @@ public final class NotificationDispatcher: Service, Sendable {
     let settings: Settings
     let logger: Logger
     private let inFlight = Atomic<Int>(0)
-    /// Delivered, not yet recorded.
-    private let delivered = Mutex<[Int64]>([])
+    /// Delivered (id and attempt), not yet recorded.
+    private let delivered = Mutex<[(id: Int64, attempt: Int)]>([])
     private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
 
     public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
@@ -133,23 +133,30 @@ public final class NotificationDispatcher: Service, Sendable {
                 }
             }
         }
+        // Shutting down: the deliveries in flight finish; each is recorded as it does, before its lease can end.
+        while inFlight.load(ordering: .relaxed) > 0 && !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(100))
+            await recordDelivered()
+        }
     }
 
-    /// Records the deliveries finished since the last call, in one statement.
+    /// Records the deliveries finished since the last call, in one statement. Kept for the next call if that fails
+    /// (a record is only taken while its attempt holds the row, so trying again is safe); unrecorded when the
+    /// lease ends, they are sent again: at least once.
     private func recordDelivered() async {
-        let ids = delivered.withLock { ids in
-            defer { ids.removeAll() }
-            return ids
+        let deliveries = delivered.withLock { deliveries in
+            defer { deliveries.removeAll() }
+            return deliveries
         }
-        guard !ids.isEmpty else { return }
+        guard !deliveries.isEmpty else { return }
         do {
-            try await store.markDelivered(ids: ids)
-            ServiceMetrics.notificationsDelivered(ids.count, outcome: "delivered")
+            let recorded = try await store.markDelivered(deliveries)
+            ServiceMetrics.notificationsDelivered(recorded, outcome: "delivered")
         } catch {
-            // The rows stay taken until their leases end, then are sent again: at least once.
+            delivered.withLock { $0.insert(contentsOf: deliveries, at: 0) }
             logger.warning(
-                "Could not record deliveries; they will be sent again",
-                metadata: ["notifications": "\(ids.count)", "error": "\(DatabaseErrors.describe(error))"])
+                "Could not record deliveries yet; will try again",
+                metadata: ["notifications": "\(deliveries.count)", "error": "\(DatabaseErrors.describe(error))"])
         }
     }
 
@@ -181,7 +188,7 @@ public final class NotificationDispatcher: Service, Sendable {
         ServiceMetrics.notificationDuration(ContinuousClock.now - started)
         do {
             guard let failure else {
-                delivered.withLock { $0.append(delivery.id) }  // recorded by the loop, with others
+                delivered.withLock { $0.append((delivery.id, delivery.attempt)) }  // recorded by the loop, with others
                 logger.debug("Notification delivered", metadata: metadata)
                 return
             }

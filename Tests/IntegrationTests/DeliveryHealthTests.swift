@@ -23,8 +23,8 @@ func proberProcess(_ harness: Harness, interval: Duration, deliveryURL: String) 
     var settings = DeliveryProber.Settings(interval: interval, deliveryURL: deliveryURL)
     settings.followerRetry = .milliseconds(300)
     let prober = DeliveryProber(
-        client: client, lockConnection: try DatabaseURL.connectionConfiguration(from: harness.databaseURL), management: RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key), settings: settings,
-        logger: Harness.logger)
+        client: client, lockConnection: try DatabaseURL.connectionConfiguration(from: harness.databaseURL),
+        management: RISCManagement(baseURL: harness.transmitter.baseURL + "/v1beta", key: key), settings: settings, logger: Harness.logger)
     return [client, prober]
 }
 

@@ -285,6 +285,28 @@ struct NotificationTests {
         }
     }
 
+    @Test("A delivery recorded after its lease ran out, once another attempt holds the row, changes nothing")
+    func lateRecordChangesNothing() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            _ = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
+            let sub = "late-\(UUID().uuidString)"
+            _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+            let store = NotificationStore(client: harness.database, logger: Harness.logger)
+            let first = try #require(try await store.claim(limit: 10, lease: .seconds(15)).first)
+            #expect(first.attempt == 1)
+            // Its lease runs out; another dispatcher takes it again.
+            try await harness.database.query("UPDATE risc_notifications SET next_attempt_at = now() WHERE id = \(first.id)")
+            let second = try #require(try await store.claim(limit: 10, lease: .seconds(15)).first)
+            #expect(second.id == first.id && second.attempt == 2)
+            // The first attempt's 2xx, recorded late: nothing changes, the row stays with the second attempt.
+            #expect(try await store.markDelivered([(first.id, first.attempt)]) == 0)
+            #expect(try await harness.notifications(sub: sub).map(\.status) == ["pending"])
+            #expect(try await store.markDelivered([(second.id, second.attempt)]) == 1)
+            #expect(try await harness.notifications(sub: sub).map(\.status) == ["delivered"])
+            #expect(try await store.markDelivered([(second.id, second.attempt)]) == 0, "recorded once")
+        }
+    }
+
     @Test("A rolled-back action leaves no notification")
     func rolledBackActionNotifiesNobody() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
