@@ -84,8 +84,8 @@ public struct SessionStore: Sendable {
         Data(SHA256.hash(data: Data(token.utf8)))
     }
 
-    /// Creates or updates the user by `sub` and creates a session, unless sign-in is disabled for them or the
-    /// ID token predates their last session revocation; a refused sign-in writes nothing.
+    /// Creates or updates the user by `sub` and creates a session, unless sign-in is disabled for them (checked
+    /// first) or the ID token predates their last session revocation; a refused sign-in writes nothing.
     /// Committed before it returns, so the token works at once on any connection.
     public func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
         try await withTimeout(databaseTimeout) { try await self.signInNow(profile, issuedAt: issuedAt) }
@@ -103,10 +103,12 @@ public struct SessionStore: Sendable {
                 "SELECT sign_in_disabled, sessions_revoked_before FROM risc_users WHERE sub = \(profile.sub)", logger: logger)
             var refusal: SignInOutcome?
             for try await (disabled, revokedBefore) in state.decode((Bool, Date?).self) {
-                if let revokedBefore, issuedAt <= revokedBefore {
-                    refusal = .tokenPredatesRevocation
-                } else if disabled {
+                // A disabled account is refused as such whatever the token's age: the more specific answer wins
+                // (a token minted in the second of a hijacking's revocation would otherwise read as invalid).
+                if disabled {
                     refusal = .signInDisabled
+                } else if let revokedBefore, issuedAt <= revokedBefore {
+                    refusal = .tokenPredatesRevocation
                 }
             }
             if let refusal { return refusal }

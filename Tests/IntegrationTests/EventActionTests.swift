@@ -286,6 +286,31 @@ struct EventActionTests {
         }
     }
 
+    @Test("A disabled account answers 403 account_disabled whatever the ID token's age", arguments: Applied.allCases)
+    func disabledWinsOverTokenAge(_ applied: Applied) async throws {
+        try await Harness.with(Self.options(applied)) { harness in
+            // A hijacking both disables sign-in and revokes sessions; an ID token from the same second as that
+            // revocation (or older) used to answer 401 invalid_token, the less specific answer.
+            let sub = user()
+            _ = try await harness.newSession(sub: sub)
+            try await harness.sendAndWait("account-disabled", sub: sub) { $0.reason = "hijacking" }
+            for age in [0.0, 3600] {
+                let token = try await harness.idToken(sub: sub) {
+                    $0.iat = Date().timeIntervalSince1970.rounded(.down) - age
+                }
+                let reply = try await harness.call(.POST, "/tokensignin", form: ["idtoken": token])
+                #expect(reply.status == 403, "age \(age): \(reply.body)")
+                #expect(reply.error == "account_disabled", "age \(age)")
+            }
+            // Re-enabled, the same old token is still refused for predating the revocation.
+            try await harness.sendAndWait("account-enabled", sub: sub)
+            let old = try await harness.idToken(sub: sub) { $0.iat = Date().timeIntervalSince1970.rounded(.down) - 3600 }
+            let reply = try await harness.call(.POST, "/tokensignin", form: ["idtoken": old])
+            #expect(reply.status == 401)
+            #expect(reply.error == "invalid_token")
+        }
+    }
+
     @Test("An event for a sub that never signed in is kept, and a later sign-in is refused", arguments: Applied.allCases)
     func unknownSubThenSignIn(_ applied: Applied) async throws {
         try await Harness.with(Self.options(applied)) { harness in
