@@ -14,6 +14,9 @@ public struct DeliveryHealth: Sendable, Equatable {
         public var reportedDeliveryURL: String?
         public var reportedEventTypes: [String]?
         public var managementError: String?
+        /// A stream change (`stream update|enable|disable`) made at or after the latest probe read the stream: what
+        /// that probe reported is out of date, and the next probe (at once, while a prober runs) reads it again.
+        public var streamChangedAfterProbe: Date?
         public init() {}
     }
 
@@ -27,7 +30,6 @@ public struct DeliveryHealth: Sendable, Equatable {
     public static let actedOnTypes = EventType.googleRISCTypes.filter { $0 != .verification }
 
     public init(facts: Facts, now: Date, interval: Double, deliveryURL: String) {
-        self.facts = facts
         var problems: [String] = []
         if let last = facts.lastVerifiedAt {
             let age = now.timeIntervalSince(last)
@@ -37,6 +39,15 @@ public struct DeliveryHealth: Sendable, Equatable {
         } else {
             problems.append("no verification SET has arrived yet")
         }
+        var facts = facts
+        if let changed = facts.streamChangedAfterProbe {
+            // What the last probe read predates the change: saying it again would be stale (a 404 from before
+            // `stream update`, say). Unknown until the next probe reads the stream.
+            (facts.streamEnabled, facts.reportedDeliveryURL, facts.reportedEventTypes, facts.managementError) = (nil, nil, nil, nil)
+            problems.append(
+                "the stream was changed at \(JSONValue.timestamp(changed).stringValue ?? ""), after the last probe read it; a running prober reads it again within seconds")
+        }
+        self.facts = facts
         if facts.streamEnabled == false { problems.append("the stream is disabled") }
         if let reported = facts.reportedDeliveryURL {
             deliveryURLMatches = reported == deliveryURL

@@ -24,14 +24,17 @@ public struct DeliveryProbes: Sendable {
                    (SELECT extract(epoch FROM arrived_at - requested_at)::float8 FROM arrived),
                    (SELECT count(*) FROM risc_delivery_probes p, latest
                      WHERE p.timed_out AND p.prober_started_at = latest.prober_started_at)::int8,
-                   latest.stream_enabled, latest.delivery_url, latest.events_requested, latest.error
+                   latest.stream_enabled, latest.delivery_url, latest.events_requested, latest.error,
+                   (SELECT max(changed_at) FROM risc_stream_changes
+                     WHERE latest.id IS NULL OR changed_at >= coalesce(latest.stream_read_at, latest.requested_at))
             FROM (SELECT 1) AS one LEFT JOIN latest ON true
             """, logger: logger)
-        for try await row in rows.decode((Date?, Double?, Int64, Bool?, String?, [String]?, String?).self) {
+        for try await row in rows.decode((Date?, Double?, Int64, Bool?, String?, [String]?, String?, Date?).self) {
             facts.lastVerifiedAt = row.0
             facts.roundTripSeconds = row.1
             facts.probesTimedOut = Int(row.2)
             (facts.streamEnabled, facts.reportedDeliveryURL, facts.reportedEventTypes, facts.managementError) = (row.3, row.4, row.5, row.6)
+            facts.streamChangedAfterProbe = row.7
         }
         return facts
     }
@@ -49,12 +52,44 @@ public struct DeliveryProbes: Sendable {
         public init() {}
     }
 
-    public func start(state: String, proberStartedAt: Date, report: Report, on connection: PostgresConnection) async throws {
+    /// The database's clock, read just before a probe reads the stream: a stream change recorded at or after it
+    /// is not reflected in what the probe reports.
+    public func clock(on connection: PostgresConnection) async throws -> Date {
+        for try await now in try await connection.query("SELECT clock_timestamp()", logger: logger).decode(Date.self) {
+            return now
+        }
+        throw NoClock()
+    }
+
+    struct NoClock: Error {}
+
+    public func start(
+        state: String, proberStartedAt: Date, streamReadAt: Date, report: Report, on connection: PostgresConnection
+    ) async throws {
         try await connection.query(
             """
-            INSERT INTO risc_delivery_probes (state, prober_started_at, stream_enabled, delivery_url, events_requested, error)
-            VALUES (\(state), \(proberStartedAt), \(report.streamEnabled), \(report.deliveryURL), \(report.eventTypes), \(report.error))
+            INSERT INTO risc_delivery_probes (state, prober_started_at, stream_read_at, stream_enabled, delivery_url, events_requested, error)
+            VALUES (\(state), \(proberStartedAt), \(streamReadAt), \(report.streamEnabled), \(report.deliveryURL), \(report.eventTypes),
+                    \(report.error))
             """, logger: logger)
+    }
+
+    /// Records a change made to the stream (`stream update|enable|disable`): `stream health` then knows the last
+    /// probe's view is out of date, and the prober probes again at once.
+    public func recordStreamChange(_ change: String, client: PostgresClient) async throws {
+        try await client.query("INSERT INTO risc_stream_changes (change) VALUES (\(change))", logger: logger)
+    }
+
+    /// Whether the stream was changed at or after the latest probe read it (or changed while there is no probe).
+    public func streamChangedSinceLastProbe(on connection: PostgresConnection) async throws -> Bool {
+        let rows = try await connection.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM risc_stream_changes
+                            WHERE changed_at >= coalesce((SELECT coalesce(stream_read_at, requested_at) FROM risc_delivery_probes
+                                                           ORDER BY id DESC LIMIT 1), '-infinity'))
+            """, logger: logger)
+        for try await changed in rows.decode(Bool.self) { return changed }
+        return false
     }
 
     /// Adds to the probe's error (the verification request itself failed).

@@ -113,10 +113,24 @@ public final class DeliveryProber: Service, Sendable {
             let started = ContinuousClock.now
             // Bounded: on a connection whose server went silent, a query would wait for TCP to give up.
             try await withTimeout(settings.interval + .seconds(30)) { try await self.probe(on: connection) }
-            let next = started + settings.interval
-            if ContinuousClock.now < next { try await Task.sleep(until: next) }
+            try await waitForNextProbe(until: started + settings.interval, on: connection)
         }
     }
+
+    /// Sleeps until `next`, or until someone changes the stream (`stream update|enable|disable` records it): then
+    /// at once, so `stream health` does not repeat the previous stream's view for up to a whole interval.
+    private func waitForNextProbe(until next: ContinuousClock.Instant, on connection: PostgresConnection) async throws {
+        while ContinuousClock.now < next {
+            if try await withTimeout(.seconds(30), { try await self.probes.streamChangedSinceLastProbe(on: connection) }) {
+                logger.info("The stream was changed since the last probe; probing now")
+                return
+            }
+            try await Task.sleep(until: min(next, .now + Self.changeCheckPause))
+        }
+    }
+
+    /// How often the leader looks for a stream change between probes.
+    static let changeCheckPause: Duration = .seconds(1)
 
     private func takeLock(on connection: PostgresConnection) async throws -> Bool {
         for try await taken in try await connection.query("SELECT pg_try_advisory_lock(hashtext(\(Self.lockKey)))", logger: logger).decode(Bool.self) {
@@ -128,6 +142,7 @@ public final class DeliveryProber: Service, Sendable {
     /// One probe; it waits at most one interval for the SET.
     func probe(on connection: PostgresConnection) async throws {
         var report = DeliveryProbes.Report()
+        let streamReadAt = try await probes.clock(on: connection)
         do {
             let stream = try await management.stream()
             report.deliveryURL = stream["delivery"]?["url"]?.stringValue
@@ -139,7 +154,7 @@ public final class DeliveryProber: Service, Sendable {
         // Cancelled (the connection closed, or shutdown) during a call above: write nothing more on this connection.
         try Task.checkCancellation()
         let state = "risc-probe-" + Base64URL.random(bytes: 16)
-        try await probes.start(state: state, proberStartedAt: startedAt, report: report, on: connection)
+        try await probes.start(state: state, proberStartedAt: startedAt, streamReadAt: streamReadAt, report: report, on: connection)
         let requested = ContinuousClock.now
         // Asked for even while the stream is disabled: then it counts as a timeout.
         do {
@@ -149,10 +164,17 @@ public final class DeliveryProber: Service, Sendable {
             try await probes.recordError(state: state, "verification not requested: \(error.description)", on: connection)
         }
         let deadline = requested + settings.interval
+        var nextChangeCheck = ContinuousClock.now + Self.changeCheckPause
         while ContinuousClock.now < deadline {
             if let seconds = try await probes.roundTrip(state: state, on: connection) {
                 logger.debug("Verification SET arrived", metadata: ["round_trip_seconds": "\(seconds)"])
                 return
+            }
+            // A stream changed meanwhile (`stream update` after a probe that found none) makes this probe moot:
+            // it ends, neither arrived nor timed out, and the next one starts at once.
+            if ContinuousClock.now >= nextChangeCheck {
+                if try await probes.streamChangedSinceLastProbe(on: connection) { return }
+                nextChangeCheck = ContinuousClock.now + Self.changeCheckPause
             }
             try await Task.sleep(for: .milliseconds(100))
         }

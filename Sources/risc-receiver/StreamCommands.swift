@@ -31,6 +31,29 @@ struct StreamOptions: ParsableArguments {
             throw Bootstrap.fail(error.description)
         }
     }
+
+    /// Tells the delivery probe that the stream changed, when DATABASE_URL is set: `stream health` then says the
+    /// last probe's view is out of date rather than repeating it, and a running prober probes again at once.
+    /// The change itself is done by then, so a database that cannot be reached is a warning, not a failure.
+    func recordChange(_ change: String) async throws {
+        let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            try ConfigVariables.databaseURL.optional(from: reader)
+        }
+        guard let databaseURL else { return }
+        var quiet = try await Bootstrap.logger("risc-receiver.stream", file: config.file)
+        quiet.logLevel = max(quiet.logLevel, .warning)  // the pool's routine lines are not the command's output
+        let logger = quiet
+        do {
+            try await DatabaseURL.check(databaseURL, logger: logger, describeNetwork: NetworkErrors.describe)
+            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+            try await client.whileRunning(timeout: .seconds(10)) { client in
+                try await DeliveryProbes(logger: logger).recordStreamChange(change, client: client)
+            }
+        } catch {
+            FileHandle.standardError.write(
+                Data("risc-receiver: warning: the change was not recorded in the database (\(DatabaseErrors.describe(error))); stream health reports the last probe's view until the next probe\n".utf8))
+        }
+    }
 }
 
 struct StreamGet: AsyncParsableCommand {
@@ -47,7 +70,7 @@ struct StreamGet: AsyncParsableCommand {
 
 struct StreamUpdate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.", discussion: EnvironmentHelp.stream)
+        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.", discussion: EnvironmentHelp.streamChange)
 
     @Option(help: "The receiver's public HTTPS URL, ending in /risc/events.")
     var url: String
@@ -75,6 +98,7 @@ struct StreamUpdate: AsyncParsableCommand {
             ? EventType.googleRISCTypes.map(\.rawValue) : events.map { EventType(uriOrShortName: $0)?.rawValue ?? $0 }
         try await options.run { () async throws(RISCManagement.Failure) in try await management.update(url: url, events: types) }
         print("Stream updated: \(url) (\(types.count) event types).")
+        try await options.recordChange("update \(url)")
     }
 
     static func isLoopback(_ host: String) -> Bool {
@@ -83,25 +107,27 @@ struct StreamUpdate: AsyncParsableCommand {
 }
 
 struct StreamEnable: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "enable", abstract: "Let Google deliver events.", discussion: EnvironmentHelp.stream)
+    static let configuration = CommandConfiguration(commandName: "enable", abstract: "Let Google deliver events.", discussion: EnvironmentHelp.streamChange)
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
         let (management, _) = try await options.client()
         try await options.run { () async throws(RISCManagement.Failure) in try await management.setStatus(enabled: true) }
         print("Stream enabled.")
+        try await options.recordChange("enable")
     }
 }
 
 struct StreamDisable: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).", discussion: EnvironmentHelp.stream)
+        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).", discussion: EnvironmentHelp.streamChange)
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
         let (management, _) = try await options.client()
         try await options.run { () async throws(RISCManagement.Failure) in try await management.setStatus(enabled: false) }
         print("Stream disabled.")
+        try await options.recordChange("disable")
     }
 }
 

@@ -187,6 +187,9 @@ enum EnvironmentHelp {
     static let migrate = ConfigVariables.environmentHelp(
         [ConfigVariables.databaseURL, ConfigVariables.migrationsDirectory] + ConfigVariables.logging)
     static let stream = ConfigVariables.environmentHelp([ConfigVariables.serviceAccountFile, ConfigVariables.managementURL])
+    /// DATABASE_URL, when set, records the change for the delivery probe.
+    static let streamChange = ConfigVariables.environmentHelp(
+        [ConfigVariables.serviceAccountFile, ConfigVariables.managementURL, ConfigVariables.databaseURL] + ConfigVariables.logging)
     static let streamVerify = ConfigVariables.environmentHelp(
         [ConfigVariables.serviceAccountFile, ConfigVariables.managementURL, ConfigVariables.databaseURL] + ConfigVariables.logging)
     static let streamHealth = ConfigVariables.environmentHelp(

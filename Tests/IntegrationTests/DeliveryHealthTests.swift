@@ -122,6 +122,48 @@ struct DeliveryHealthTests {
         }
     }
 
+    @Test("stream update through the CLI: stream health no longer repeats the last probe's view, and a probe follows within seconds")
+    func probeAfterStreamChange() async throws {
+        var options = Harness.Options()
+        options.worker = true
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let keyFile = StreamTests.writeKeyFile(harness.transmitter.serviceAccountFile().serialized)
+            defer { try? FileManager.default.removeItem(atPath: keyFile) }
+            // An interval far longer than this test waits: only a probe prompted by the change can make it healthy.
+            let interval = 120
+            let environment = [
+                "DATABASE_URL": harness.databaseURL, "RISC_VERIFY_INTERVAL": String(interval), "RISC_DELIVERY_URL": harness.eventsURL,
+                "GOOGLE_SERVICE_ACCOUNT_FILE": keyFile, "RISC_MANAGEMENT_URL": harness.transmitter.baseURL + "/v1beta", "LOG_LEVEL": "warning",
+            ]
+            @Sendable func health() async throws -> (status: Int32, json: JSONValue) {
+                let result = try await runRiscReceiver(["stream", "health", "--json"], environment: environment)
+                return (result.status, (try? JSONValue.parse(Data(result.output.utf8))) ?? .string(result.output))
+            }
+            try await withProber(harness, interval: .seconds(interval), deliveryURL: harness.eventsURL) {
+                // The first probe finds no stream: Google's 404.
+                try await eventually("the first probe records that no stream exists", timeout: .seconds(60)) {
+                    Self.problems(try await health().json).contains { $0.lowercased().contains("no stream configuration exists") }
+                }
+                let update = try await runRiscReceiver(["stream", "update", "--url", harness.eventsURL], environment: environment)
+                #expect(update.status == 0, "\(update.output)")
+                // Right after: the 404 is the previous stream's, and is not repeated (it was, for a whole interval).
+                let after = try await health()
+                #expect(!Self.problems(after.json).contains { $0.lowercased().contains("no stream configuration exists") }, "\(after.json)")
+                let started = ContinuousClock.now
+                try await eventually("a probe after the change finds the stream healthy", timeout: .seconds(30)) {
+                    try await health().status == 0
+                }
+                #expect(ContinuousClock.now - started < .seconds(interval / 2))
+                // Disabled through the CLI: seen at once too, not at the next interval.
+                #expect(try await runRiscReceiver(["stream", "disable"], environment: environment).status == 0)
+                try await eventually("the disabled stream is seen", timeout: .seconds(30)) {
+                    let (status, json) = try await health()
+                    return status == 1 && json["stream_enabled"] == false
+                }
+            }
+        }
+    }
+
     @Test("Exactly one instance probes; when it dies another takes over")
     func oneProber() async throws {
         var options = Harness.Options()
