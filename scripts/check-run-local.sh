@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Checks the README's run command where a user's first hour goes wrong: started a second time, or with a port
-# in use, scripts/run-local.sh must say so at once (within 5 s, before any build) and exit non-zero.
-# Runs a first instance on free ports with a scratch state directory, so a developer's own .local is untouched.
+# Checks the README's run command where a user's first hour goes wrong:
+# - started a second time, or with a port in use, scripts/run-local.sh must say so at once (within 5 s, before
+#   any build) and exit non-zero;
+# - the walkthrough it prints, pasted as printed, shows what each of its comments says (check_walkthrough.py);
+# - ended by SIGTERM or SIGHUP (a closed terminal) rather than Ctrl-C, it stops everything it started.
+# Runs on free ports with a scratch state directory, so a developer's own .local is untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/pg.sh
@@ -18,14 +21,18 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "check-run-local: $*" >&2; exit 1; }
 
-setsid scripts/run-local.sh >"$scratch/first.log" 2>&1 &
-first=$!
-for _ in $(seq 600); do
-  curl -sf "http://127.0.0.1:$RISC_PORT/healthz" >/dev/null 2>&1 && break
-  kill -0 "$first" 2>/dev/null || { cat "$scratch/first.log" >&2; fail "the first run-local.sh ended early"; }
-  sleep 0.5
-done
-curl -sf "http://127.0.0.1:$RISC_PORT/healthz" >/dev/null || fail "the first run-local.sh did not serve /healthz"
+# start_first LOG: run-local.sh in a session of its own (setsid), until it serves /healthz.
+start_first() {
+  setsid scripts/run-local.sh >"$1" 2>&1 &
+  first=$!
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$RISC_PORT/healthz" >/dev/null 2>&1 && break
+    kill -0 "$first" 2>/dev/null || { cat "$1" >&2; fail "run-local.sh ended early"; }
+    sleep 0.5
+  done
+  curl -sf "http://127.0.0.1:$RISC_PORT/healthz" >/dev/null || fail "run-local.sh did not serve /healthz"
+}
+start_first "$scratch/first.log"
 
 # expect_refusal NAME PATTERN: a second run-local.sh (with the environment as set) fails fast, saying PATTERN.
 expect_refusal() {
@@ -47,4 +54,29 @@ expect_refusal() {
 echo "check-run-local: config check and stats work with .local/env"
 expect_refusal second-run "already running locally"
 RISC_LOCAL_DIR=$scratch/other PG_PORT=$(pg_free_port) expect_refusal busy-port "port $RISC_PORT (RISC_PORT) is already in use"
+
+export SINK_PORT=$(pg_free_port)
+python3 scripts/check_walkthrough.py "$scratch/first.log" || fail "the walkthrough does not show what it says"
+
+# expect_stopped_by SIGNAL: that signal, sent to run-local.sh alone (as a service manager or a closing terminal
+# would), stops the server, the transmitter and PostgreSQL, and frees their ports, within 30 s.
+expect_stopped_by() {
+  local signal=$1 started
+  started=$(date +%s%N)
+  kill "-$signal" "$first"
+  for _ in $(seq 300); do kill -0 "$first" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$first" 2>/dev/null && fail "SIG$signal: run-local.sh still running after 30 s"
+  for _ in $(seq 100); do pgrep -s "$first" >/dev/null || break; sleep 0.1; done
+  local left
+  left=$(pgrep -a -s "$first" || true)
+  [ -z "$left" ] || fail "SIG$signal: run-local.sh left these running: $left"
+  for port in "$RISC_PORT" "$TRANSMITTER_PORT" "$PG_PORT"; do
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || fail "SIG$signal: port $port still in use"
+  done
+  echo "check-run-local: SIG$signal stopped everything in $((($(date +%s%N) - started) / 1000000)) ms"
+  first=""
+}
+expect_stopped_by TERM
+start_first "$scratch/again.log"
+expect_stopped_by HUP
 echo "check-run-local: ok"

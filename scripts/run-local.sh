@@ -41,12 +41,27 @@ swift build --product risc-receiver
 bin=$(swift build --show-bin-path)/risc-receiver
 
 pg_start "$pg_dir" "$PG_PORT"
-transmitter_pid=""
+serve_pid="" transmitter_pid=""
+# Whatever ends this script (Ctrl-C, SIGTERM, a closed terminal's SIGHUP, or the server exiting), everything it
+# started stops, the server first: a server left running would hold its port and retry the stopped database
+# every second. The server and transmitter run in the background so that the script is free to act on a
+# signal at once (bash runs a trap only after a foreground child has exited).
+stop() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  wait "$pid" 2>/dev/null || true
+}
 cleanup() {
-  [ -n "$transmitter_pid" ] && kill "$transmitter_pid" 2>/dev/null && wait "$transmitter_pid" 2>/dev/null
+  trap '' INT TERM HUP
+  stop "$serve_pid"
+  stop "$transmitter_pid"
   pg_stop "$pg_dir"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 pg_createdb "$PG_PORT" risc
 
 export DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/risc?sslmode=disable"
@@ -99,40 +114,56 @@ transmitter_pid=$!
 for _ in $(seq 100); do [ -s "$GOOGLE_CLIENT_SECRET_FILES" ] && break; sleep 0.1; done
 [ -s "$GOOGLE_CLIENT_SECRET_FILES" ] || { echo "the development transmitter did not start; see .local/transmitter.log" >&2; exit 1; }
 
+# The walkthrough names the state directory as the user would type it: .local when it is the default.
+shown=${state#"$PWD"/}
+sink_port=${SINK_PORT:-8766}
+# The dev commands talk to the transmitter on 127.0.0.1:8765 unless told otherwise.
+dev_flags=""
+[ "$TRANSMITTER_PORT" = 8765 ] || dev_flags=" --transmitter http://127.0.0.1:$TRANSMITTER_PORT"
+# Pasted as a whole, or line by line, each "# →" is what that line prints (scripts/check-run-local.sh runs it
+# as printed and checks every one).
 cat <<TXT
 
 risc-receiver is starting on http://127.0.0.1:$RISC_PORT (database: $DATABASE_URL)
-Development transmitter: http://127.0.0.1:$TRANSMITTER_PORT (log: .local/transmitter.log)
+Development transmitter: http://127.0.0.1:$TRANSMITTER_PORT (log: $shown/transmitter.log)
 
-From another terminal (the worker runs inside the server):
+From another terminal, in this directory (the worker runs inside the server):
+  set -a; . $shown/env; set +a       # what the server reads, for the admin and stream commands
   # sign a user in with a Google-style ID token, and check the session
-  session=\$(curl -s -d idtoken=\$($bin dev idtoken --sub 42 --email user@example.com) http://127.0.0.1:$RISC_PORT/tokensignin | sed -E 's/.*"session_token":"([^"]+)".*/\1/')
-  curl -s -H "Authorization: Bearer \$session" http://127.0.0.1:$RISC_PORT/v1/session
-  # store a refresh token in the vault (service token: .local/service-token)
-  curl -s -H "Authorization: Bearer \$(cat .local/service-token)" -H 'Content-Type: application/json' \\
-    -d '{"sub":"42","refresh_token":"1//0gLocalRefreshToken123","client_id":"$CLIENT_ID"}' http://127.0.0.1:$RISC_PORT/v1/grants
+  session=\$(curl -s -d idtoken=\$($bin dev idtoken$dev_flags --sub 42 --email user@example.com) http://127.0.0.1:$RISC_PORT/tokensignin | sed -E 's/.*"session_token":"([^"]+)".*/\\1/')
+  curl -s -H "Authorization: Bearer \$session" http://127.0.0.1:$RISC_PORT/v1/session; echo   # → "sub":"42"
+  # store a refresh token in the vault (the app's backend does this, with the service token)
+  curl -s -H "Authorization: Bearer \$RISC_SERVICE_TOKEN" -H 'Content-Type: application/json' \\
+    -d '{"sub":"42","refresh_token":"1//0gLocalRefreshToken123","client_id":"$CLIENT_ID"}' http://127.0.0.1:$RISC_PORT/v1/grants; echo   # → "grant_id"
   # send events as Google would, and watch them act
-  $bin dev send sessions-revoked --sub 42        # the session check now answers 401 session_revoked
-  $bin dev send token-revoked --token 1//0gLocalRefreshToken123 --alg hash
-  $bin dev send account-disabled --sub 42        # sign-in now answers 403 account_disabled
-  $bin dev send account-enabled --sub 42
-See what was stored and done (the admin commands read .local/env):
-  set -a; . .local/env; set +a
-  $bin users show 42          # account state, flags, sessions, grants, recent events (--json for scripts)
-  $bin events list --sub 42
-  $bin stats
-  curl -s -H "Authorization: Bearer \$RISC_ADMIN_TOKEN" http://127.0.0.1:$RISC_PORT/admin/v1/users/42
-Register the webhook with the transmitter's fake management API, and prove the round trip:
-  $bin stream update --url http://127.0.0.1:$RISC_PORT/risc/events
-  $bin stream verify --wait --timeout 10
-  $bin stream health          # healthy once a probe (every 30 s) has seen its SET arrive; exit 1 and the problems otherwise
-  $bin stream disable         # then, within a minute or so: stream health says the stream is disabled (exit 1)
-  $bin stream enable
-Watch the app's services being told of each action (a subscriber that checks signatures and prints deliveries):
-  secret=\$($bin subscribers add --url http://127.0.0.1:8766/ --json | sed -E 's/.*"secret":"([^"]+)".*/\1/')
-  $bin dev webhook-sink --port 8766 --secret "\$secret" &
-  $bin dev send account-disabled --sub 42 --reason hijacking   # the sink prints disable_sign_in, then revoke_sessions
-  $bin notifications list
+  $bin dev send sessions-revoked$dev_flags --sub 42    # → HTTP 202
+  curl -s -H "Authorization: Bearer \$session" http://127.0.0.1:$RISC_PORT/v1/session; echo   # → {"error":"session_revoked"}
+  $bin dev send token-revoked$dev_flags --token 1//0gLocalRefreshToken123 --alg hash   # → HTTP 202
+  $bin dev send account-disabled$dev_flags --sub 42    # → HTTP 202
+  curl -s -d idtoken=\$($bin dev idtoken$dev_flags --sub 42 --email user@example.com) http://127.0.0.1:$RISC_PORT/tokensignin; echo   # → {"error":"account_disabled"}
+  $bin dev send account-enabled$dev_flags --sub 42     # → HTTP 202
+  sleep 1   # an ID token must be issued after the revocation, and Google's iat counts whole seconds
+  curl -s -d idtoken=\$($bin dev idtoken$dev_flags --sub 42 --email user@example.com) http://127.0.0.1:$RISC_PORT/tokensignin; echo   # → "session_token"
+  # see what was stored and done
+  $bin users show 42          # → 1 active, 1 revoked
+  $bin events list --sub 42   # → account-enabled
+  $bin stats                  # → queue depth
+  curl -s -H "Authorization: Bearer \$RISC_ADMIN_TOKEN" http://127.0.0.1:$RISC_PORT/admin/v1/users/42; echo   # → "sign_in_disabled":false
+  # register the webhook with the transmitter's fake management API, and prove the round trip
+  $bin stream update --url http://127.0.0.1:$RISC_PORT/risc/events   # → Stream updated
+  $bin stream verify --wait --timeout 10   # → Verification SET received and stored
+  sleep 3; $bin stream health   # → healthy
+  # a prober checks delivery every 30 s, and within seconds of a change made here
+  $bin stream disable           # → Stream disabled.
+  sleep 3; $bin stream health   # → problem: the stream is disabled
+  $bin stream enable            # → Stream enabled.
+  # tell the app's services of each action: a subscriber that checks signatures and prints deliveries
+  secret=\$($bin subscribers add --url http://127.0.0.1:$sink_port/ --json | sed -E 's/.*"secret":"([^"]+)".*/\\1/')
+  $bin dev webhook-sink --port $sink_port --secret "\$secret" &
+  sleep 1; $bin dev send account-disabled$dev_flags --sub 42 --reason hijacking   # → revoke_sessions
+  sleep 2; $bin notifications list   # → delivered
 
 TXT
-"$bin" serve
+"$bin" serve &
+serve_pid=$!
+wait "$serve_pid"
