@@ -11,7 +11,7 @@
 //   2     ID token, parts   as 1, into GoogleIDToken.parse
 //   3     SET, compact      the rest as the compact JWS text
 //   4     ID token, compact the rest as the compact JWS text
-//   5     base64            Base64Lenient.decode / decodeJWSSegment / CompactJWS / TokenIdentifier
+//   5     base64            Base64URL.decode / decodeJWSSegment / CompactJWS / TokenIdentifier
 //   6     SET, framing      a flags byte, then parts as in 1; the flags spoil the framing (padding, standard
 //                           alphabet, empty or missing signature, extra segment, whitespace)
 //
@@ -228,13 +228,13 @@ private func checkSET(_ token: SecurityEventToken, token text: String, expectedS
 }
 
 /// What the worker would do with decoded events, and what it would do after they went through storage
-/// (`InboundEvent.eventsJSON`, read back with `JSONDecoder` as `EventQueue` does): the same.
+/// (`SecurityEvent.jsonValue`, read back with `SecurityEvent.stored` as the worker does): the same.
 @inline(never)
 private func checkEvents(_ events: [SecurityEvent], audience: [String], boundsChecked: Bool) {
     let actions = AccountAction.actions(for: events, audience: audience)
     for (position, action) in actions {
         check(position >= 0 && position < events.count, "action position out of range")
-        check(!action.kind.isEmpty, "an action without a kind")
+        check(!action.kind.rawValue.isEmpty, "an action without a kind")
         if let sub = action.sub {
             check(!sub.isEmpty, "an action on an empty sub")
             if boundsChecked { check(ClaimBounds.fits(sub), "an action on an oversized sub") }
@@ -249,11 +249,8 @@ private func checkEvents(_ events: [SecurityEvent], audience: [String], boundsCh
     let stored = JSONValue.array(events.map(\.jsonValue))
     checkJSONRoundTrip(stored, context: "stored events")
     let eventsJSON = stored.serialized
-    let decoded: [SecurityEvent]
-    do {
-        decoded = try JSONDecoder().decode([SecurityEvent].self, from: Data(eventsJSON.utf8))
-    } catch {
-        fatalError("fuzz property failed: the stored events cannot be decoded: \(error): \(eventsJSON)")
+    guard let decoded = SecurityEvent.stored(Array(eventsJSON.utf8)) else {
+        fatalError("fuzz property failed: the stored events cannot be read back: \(eventsJSON)")
     }
     check(decoded.count == events.count, "stored events decode to a different count")
     let reactions = AccountAction.actions(for: decoded, audience: audience)
@@ -306,27 +303,27 @@ private func fuzzIDToken(compact token: String, expectedSigningInput: String?) {
 @inline(never)
 private func fuzzBase64(_ bytes: ArraySlice<UInt8>) {
     let text = String(decoding: bytes, as: UTF8.self)
-    if let data = Base64Lenient.decode(text) {
-        check(Base64Lenient.decode(Base64Lenient.urlEncoded(data)) == data, "lenient decode does not round-trip (url)")
-        check(Base64Lenient.decode(data.base64EncodedString()) == data, "lenient decode does not round-trip (std)")
+    if let data = Base64URL.decode(text) {
+        check(Base64URL.decode(Base64URL.encode(data)) == data, "lenient decode does not round-trip (url)")
+        check(Base64URL.decode(data.base64EncodedString()) == data, "lenient decode does not round-trip (std)")
     }
-    if let data = Base64Lenient.decodeJWSSegment(bytes) {
-        check(Base64Lenient.decode(bytes: bytes) == data, "a JWS segment decodes differently when lenient")
+    if let data = Base64URL.decodeJWSSegment(bytes) {
+        check(Base64URL.decode(bytes: bytes) == data, "a JWS segment decodes differently when lenient")
         // One spelling per byte string: a segment is accepted only in its canonical form.
-        check(Base64Lenient.urlEncoded(data).utf8.elementsEqual(bytes), "a non-canonical JWS segment accepted")
+        check(Base64URL.encode(data).utf8.elementsEqual(bytes), "a non-canonical JWS segment accepted")
         check(!bytes.contains(UInt8(ascii: "=")), "a padded JWS segment accepted")
         check(!bytes.contains(UInt8(ascii: "+")) && !bytes.contains(UInt8(ascii: "/")), "standard alphabet accepted")
     }
     // Whatever the bytes, their url encoding is one valid JWS segment that decodes back to them.
-    let encoded = Base64Lenient.urlEncoded(bytes)
+    let encoded = Base64URL.encode(bytes)
     check(
-        Base64Lenient.decodeJWSSegment(Array(encoded.utf8)) == Data(bytes), "urlEncoded output is not a valid segment")
+        Base64URL.decodeJWSSegment(Array(encoded.utf8)) == Data(bytes), "urlEncoded output is not a valid segment")
 
     if let jws = try? CompactJWS(text) {
         let segments = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         check(segments.count == 3, "CompactJWS accepted \(segments.count) segments")
-        check(Base64Lenient.decodeJWSSegment(segments[0]) == jws.header, "JWS header differs from its segment")
-        check(Base64Lenient.decodeJWSSegment(segments[1]) == jws.payload, "JWS payload differs from its segment")
+        check(Base64URL.decodeJWSSegment(segments[0]) == jws.header, "JWS header differs from its segment")
+        check(Base64URL.decodeJWSSegment(segments[1]) == jws.payload, "JWS payload differs from its segment")
         check(
             jws.signingInput.elementsEqual(text.utf8[segments[0].startIndex..<segments[1].endIndex]),
             "JWS signing input differs")
@@ -348,8 +345,8 @@ private func fuzzBase64(_ bytes: ArraySlice<UInt8>) {
 
 private func fuzzSETFromParts(_ bytes: ArraySlice<UInt8>, flags: UInt8?) {
     let (header, payload) = jsonParts(bytes)
-    var headerSegment = Base64Lenient.urlEncoded(header)
-    var payloadSegment = Base64Lenient.urlEncoded(payload)
+    var headerSegment = Base64URL.encode(header)
+    var payloadSegment = Base64URL.encode(payload)
     var signature = signatureSegment
     var suffix = ""
     if let flags {
@@ -376,7 +373,7 @@ public func LLVMFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) ->
         fuzzSETFromParts(rest, flags: nil)
     case 2:
         let (header, payload) = jsonParts(rest)
-        let signingInput = Base64Lenient.urlEncoded(header) + "." + Base64Lenient.urlEncoded(payload)
+        let signingInput = Base64URL.encode(header) + "." + Base64URL.encode(payload)
         fuzzIDToken(compact: signingInput + "." + signatureSegment, expectedSigningInput: signingInput)
     case 3:
         fuzzSET(compact: String(decoding: rest, as: UTF8.self), expectedSigningInput: nil)

@@ -4,8 +4,9 @@
 #   scripts/fuzz.sh SECONDS
 #
 # Builds fuzz/FuzzParsing.swift with the sources of Sources/RISC (swiftc, -O, -sanitize=fuzzer,address;
-# fuzzer only if ASan does not build here) against swift-crypto's Crypto, built once by SwiftPM in
-# .build-fuzz (the normal build in .build is untouched). Fuzzes a temporary copy of fuzz/corpus for SECONDS,
+# fuzzer only if ASan does not build here) against swift-crypto's Crypto, built by SwiftPM in release mode in
+# .build (beside the debug build, and shared with the benchmarks' release build; the fuzzer itself goes to
+# .build/fuzz). Fuzzes a temporary copy of fuzz/corpus for SECONDS,
 # prints exec/s, coverage and the number of crashes, and exits non-zero on any crash; the crash artifacts
 # stay in the temporary directory it prints.
 #
@@ -22,7 +23,7 @@ fi
 duration=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-scratch=.build-fuzz
+scratch=.build
 out=$scratch/fuzz
 mkdir -p "$out"
 
