@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdAuth
 import Logging
+import PostgresNIO
 import RISC
 import RISCStore
 import RISCWorker
@@ -23,7 +24,7 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
     }
 
     public func addRoutes(to router: Router<Context>) {
-        let group = router.group("/admin/v1").requiringBearer(adminToken, as: .admin)
+        let group = router.group("/admin/v1").requiringBearer(adminToken, as: .admin).add(middleware: DatabaseUnavailable())
         group.get("openapi.json") { _, _ in JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
         group.get("events") { request, _ in try await self.events(request) }
         group.get("events/:id") { _, context in try await self.event(context.parameters.get("id")) }
@@ -158,5 +159,21 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
 
     static func invalid(_ error: AdminQueries.InvalidParameter) -> APIError {
         APIError(.badRequest, "invalid_parameter", description: error.description, parameter: error.name)
+    }
+}
+
+/// The database down, or slower than RISC_DATABASE_TIMEOUT, is 503 `unavailable` with Retry-After, as for the
+/// app's calls: an operator's script can tell it from a bad request and retry.
+struct DatabaseUnavailable<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as PSQLError where error.code != .server {
+            context.logger.warning("The database is unavailable", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+            throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
+        } catch is TimeoutError {
+            context.logger.warning("The database did not answer within RISC_DATABASE_TIMEOUT")
+            throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
+        }
     }
 }

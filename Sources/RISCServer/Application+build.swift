@@ -25,6 +25,8 @@ public struct ServiceDependencies: Sendable {
     public let oauth: OAuthClient
     public let workerSettings: EventWorker.Settings
     public let dispatcherSettings: NotificationDispatcher.Settings
+    /// RISC_DATABASE_TIMEOUT: the bound of every call a request makes to the database (the admin API's too).
+    public let databaseTimeout: Duration
 
     public init(
         configuration: ServiceConfiguration, httpClient: HTTPClient, logger: Logger,
@@ -32,6 +34,7 @@ public struct ServiceDependencies: Sendable {
     ) throws {
         // Every request's wait for the database has the one bound, RISC_DATABASE_TIMEOUT.
         let databaseTimeout = Duration.milliseconds(Int64(configuration.databaseTimeoutSeconds * 1000))
+        self.databaseTimeout = databaseTimeout
         var inboxSettings = inboxSettings
         inboxSettings.commitTimeout = databaseTimeout
         var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
@@ -57,7 +60,7 @@ public struct ServiceDependencies: Sendable {
             databaseTimeout: databaseTimeout, logger: logger)
         if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
             let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))
-            grants = GrantStore(client: postgres, cipher: cipher, logger: logger)
+            grants = GrantStore(client: postgres, cipher: cipher, timeout: databaseTimeout, logger: logger)
         } else {
             grants = nil
         }
@@ -100,7 +103,8 @@ public func buildApplication(
     OperationsController<AppRequestContext>(
         postgres: dependencies.postgres, expectedMigrations: expectedMigrations,
         keys: [("risc_keys", dependencies.transmitterKeys), ("openid_keys", dependencies.identityProvider)],
-        queries: AdminQueries(client: dependencies.postgres, logger: logger)
+        // A scrape reads the backlog within 1 s, or goes without it.
+        queries: AdminQueries(client: dependencies.postgres, timeout: .seconds(1), logger: logger)
     ).addRoutes(to: router)
     ReceiverController<AppRequestContext>(
         verifier: SETVerifier(keys: dependencies.transmitterKeys, policy: dependencies.setPolicy),
@@ -112,9 +116,9 @@ public func buildApplication(
     ).addRoutes(to: router)
     if let adminToken = configuration.adminToken {
         AdminController<AppRequestContext>(
-            adminToken: adminToken, queries: AdminQueries(client: dependencies.postgres, logger: logger),
-            queue: EventQueue(client: dependencies.postgres, logger: logger),
-            notifications: NotificationStore(client: dependencies.postgres, logger: logger)
+            adminToken: adminToken, queries: AdminQueries(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
+            queue: EventQueue(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
+            notifications: NotificationStore(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger)
         ).addRoutes(to: router)
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {

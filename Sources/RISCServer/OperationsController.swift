@@ -11,6 +11,7 @@ import ServiceLifecycle
 
 /// `/healthz`, `/readyz` and `/metrics` (SPEC §7).
 public struct OperationsController<Context: RequestContext>: Sendable {
+    static var logger: Logger { Logger(label: "risc-receiver.readiness") }
     let postgres: PostgresClient
     /// The migration versions this build ships; nil when the directory could not be found.
     let expectedMigrations: [String]?
@@ -34,7 +35,7 @@ public struct OperationsController<Context: RequestContext>: Sendable {
         var checks: [String: JSONValue] = [:]
         var missing: [JSONValue] = []
         do {
-            let applied = try await withTimeout(.seconds(2)) { try await self.appliedMigrations() }
+            let applied = try await self.appliedMigrations()
             checks["database"] = "ok"
             if let expected = expectedMigrations {
                 let pending = expected.filter { !applied.contains($0) }
@@ -67,12 +68,15 @@ public struct OperationsController<Context: RequestContext>: Sendable {
             json: ["status": ready ? "ready" : "not_ready", "checks": .object(checks), "missing": .array(missing)])
     }
 
+    /// Within 2 s, or the database counts as unreachable (and the connection is closed, not left leased).
     func appliedMigrations() async throws -> Set<String> {
-        var versions = Set<String>()
-        for try await version in try await postgres.query("SELECT version FROM schema_migrations").decode(String.self) {
-            versions.insert(version)
+        try await postgres.withConnection(timeout: .seconds(2)) { connection in
+            var versions = Set<String>()
+            for try await version in try await connection.query("SELECT version FROM schema_migrations", logger: Self.logger).decode(String.self) {
+                versions.insert(version)
+            }
+            return versions
         }
-        return versions
     }
 
     func metrics() async -> Response {
@@ -81,7 +85,7 @@ public struct OperationsController<Context: RequestContext>: Sendable {
 
     static func metrics(queries: AdminQueries) async -> Response {
         // The backlog is read at scrape time, so it is right whichever process runs the workers.
-        if let backlog = try? await withTimeout(.seconds(1), { try await queries.backlog() }) {
+        if let backlog = try? await queries.backlog() {
             ServiceMetrics.queueDepth(backlog.depth)
             ServiceMetrics.workerLag(seconds: backlog.oldestAgeSeconds ?? 0)
         }

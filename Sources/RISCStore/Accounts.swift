@@ -88,14 +88,11 @@ public struct SessionStore: Sendable {
     /// first) or the ID token predates their last session revocation; a refused sign-in writes nothing.
     /// Committed before it returns, so the token works at once on any connection.
     public func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
-        try await withTimeout(databaseTimeout) { try await self.signInNow(profile, issuedAt: issuedAt) }
-    }
-
-    private func signInNow(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
         let token = Self.newToken()
         let hash = Self.tokenHash(token)
         let lifetime = Double(sessionLifetime.components.seconds)
-        let result: SignInOutcome = try await client.transaction(logger: logger) { connection in
+        let logger = self.logger
+        let result: SignInOutcome = try await client.transaction(timeout: databaseTimeout, logger: logger) { connection in
             // The user's lock before any of the user's rows, as every worker action takes it (migration 0005): no
             // event for this user is being applied while we decide, and the two cannot deadlock.
             try await connection.query("SELECT risc_lock_user(\(profile.sub))", logger: logger)
@@ -143,12 +140,14 @@ public struct SessionStore: Sendable {
         let hash = Self.tokenHash(token)
         let now = Date()
         if let hit = cache?.lookup(hash, now: now) { return hit }
-        return try await withTimeout(databaseTimeout) { try await self.lookupInDatabase(hash, now: now) }
+        return try await client.withConnection(timeout: databaseTimeout) { connection in
+            try await self.lookupInDatabase(hash, now: now, on: connection)
+        }
     }
 
-    private func lookupInDatabase(_ hash: Data, now: Date) async throws -> Lookup {
+    private func lookupInDatabase(_ hash: Data, now: Date, on connection: PostgresConnection) async throws -> Lookup {
         let epoch = cache?.currentEpoch()
-        for try await row in try await client.execute(LookupSession(hash: hash), logger: logger) {
+        for try await row in try await connection.execute(LookupSession(hash: hash), logger: logger) {
             if row.revoked { return .revoked }
             guard row.expiresAt > now else { return .invalid }
             let valid = Lookup.valid(user: row.user, createdAt: row.createdAt, expiresAt: row.expiresAt, flags: row.flags)
@@ -161,9 +160,10 @@ public struct SessionStore: Sendable {
     /// Signs out: the session is deleted. False when there was none.
     public func end(token: String) async throws -> Bool {
         let hash = Self.tokenHash(token)
-        let deleted = try await withTimeout(databaseTimeout) {
+        let logger = self.logger
+        let deleted = try await client.withConnection(timeout: databaseTimeout) { connection in
             var deleted = false
-            let rows = try await client.query("DELETE FROM risc_sessions WHERE token_hash = \(hash) RETURNING id", logger: logger)
+            let rows = try await connection.query("DELETE FROM risc_sessions WHERE token_hash = \(hash) RETURNING id", logger: logger)
             for try await _ in rows { deleted = true }
             return deleted
         }

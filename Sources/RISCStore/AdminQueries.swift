@@ -85,10 +85,17 @@ public struct AdminQueries: Sendable {
 
     let client: PostgresClient
     let logger: Logger
+    /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API and the CLI.
+    let timeout: Duration
 
-    public init(client: PostgresClient, logger: Logger) {
+    public init(client: PostgresClient, timeout: Duration = .seconds(5), logger: Logger) {
         self.client = client
+        self.timeout = timeout
         self.logger = logger
+    }
+
+    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection(timeout: timeout, body)
     }
 
     /// Pages run newest first by id. A cursor names the last id seen, so rows inserted meanwhile (with higher
@@ -104,134 +111,146 @@ public struct AdminQueries: Sendable {
     }
 
     public func events(_ filter: EventFilter) async throws -> EventPage {
-        let before = filter.cursor.flatMap(Self.decodeCursor)
-        let rows = try await client.query(
-            """
-            SELECT \(unescaped: EventSummary.columns)
-            FROM risc_events
-            WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
-              AND (\(filter.typeURI)::text IS NULL OR \(filter.typeURI) = ANY (event_types))
-              AND (\(filter.sub)::text IS NULL OR subject_sub = \(filter.sub))
-              AND (\(filter.since)::timestamptz IS NULL OR received_at >= \(filter.since))
-              AND (\(filter.until)::timestamptz IS NULL OR received_at < \(filter.until))
-              AND (\(before)::int8 IS NULL OR id < \(before))
-            ORDER BY id DESC
-            LIMIT \(filter.limit + 1)
-            """, logger: logger)
-        var page = EventPage(events: [])
-        for try await row in rows.decode(EventSummary.Row.self) {
-            if page.events.count == filter.limit {
-                page.nextCursor = Self.encodeCursor(page.events.last!.id)
-                break
+        try await bounded { connection in
+            let before = filter.cursor.flatMap(Self.decodeCursor)
+            let rows = try await connection.query(
+                """
+                SELECT \(unescaped: EventSummary.columns)
+                FROM risc_events
+                WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
+                  AND (\(filter.typeURI)::text IS NULL OR \(filter.typeURI) = ANY (event_types))
+                  AND (\(filter.sub)::text IS NULL OR subject_sub = \(filter.sub))
+                  AND (\(filter.since)::timestamptz IS NULL OR received_at >= \(filter.since))
+                  AND (\(filter.until)::timestamptz IS NULL OR received_at < \(filter.until))
+                  AND (\(before)::int8 IS NULL OR id < \(before))
+                ORDER BY id DESC
+                LIMIT \(filter.limit + 1)
+                """, logger: logger)
+            var page = EventPage(events: [])
+            for try await row in rows.decode(EventSummary.Row.self) {
+                if page.events.count == filter.limit {
+                    page.nextCursor = Self.encodeCursor(page.events.last!.id)
+                    break
+                }
+                page.events.append(EventSummary(row: row))
             }
-            page.events.append(EventSummary(row: row))
+            return page
         }
-        return page
     }
 
     public func event(id: Int64) async throws -> EventDetail? {
-        let rows = try await client.query(
-            """
-            SELECT \(unescaped: EventSummary.columns), issuer, issued_at, run_after, last_error, claims::text, events::text
-            FROM risc_events WHERE id = \(id)
-            """, logger: logger)
-        var found: EventDetail?
-        for try await row in rows.decode(
-            (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
-        {
-            let summary = EventSummary(row: (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7))
-            found = EventDetail(
-                summary: summary, issuer: row.8, issuedAt: row.9, runAfter: EventStatus.waiting.contains(summary.status) ? row.10 : nil,
-                lastError: row.11, claimsJSON: row.12, decodedEvents: SecurityEvent.stored(row.13.utf8), actions: [])
+        try await bounded { connection in
+            let rows = try await connection.query(
+                """
+                SELECT \(unescaped: EventSummary.columns), issuer, issued_at, run_after, last_error, claims::text, events::text
+                FROM risc_events WHERE id = \(id)
+                """, logger: logger)
+            var found: EventDetail?
+            for try await row in rows.decode(
+                (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
+            {
+                let summary = EventSummary(row: (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7))
+                found = EventDetail(
+                    summary: summary, issuer: row.8, issuedAt: row.9, runAfter: EventStatus.waiting.contains(summary.status) ? row.10 : nil,
+                    lastError: row.11, claimsJSON: row.12, decodedEvents: SecurityEvent.stored(row.13.utf8), actions: [])
+            }
+            guard var detail = found else { return nil }
+            for try await (kind, sub, text, count, appliedAt) in try await connection.query(
+                "SELECT kind, sub, detail, rows_affected, applied_at FROM risc_event_actions WHERE event_id = \(id) ORDER BY id",
+                logger: logger
+            ).decode((ActionKind, String?, String?, Int32, Date).self) {
+                detail.actions.append(RecordedAction(kind: kind, sub: sub, detail: text, rowsAffected: Int(count), appliedAt: appliedAt))
+            }
+            return detail
         }
-        guard var detail = found else { return nil }
-        for try await (kind, sub, text, count, appliedAt) in try await client.query(
-            "SELECT kind, sub, detail, rows_affected, applied_at FROM risc_event_actions WHERE event_id = \(id) ORDER BY id",
-            logger: logger
-        ).decode((ActionKind, String?, String?, Int32, Date).self) {
-            detail.actions.append(RecordedAction(kind: kind, sub: sub, detail: text, rowsAffected: Int(count), appliedAt: appliedAt))
-        }
-        return detail
     }
 
     /// Everything about one user. Nil when the service has never heard of the sub.
     public func user(sub: String) async throws -> UserReport? {
-        var report = UserReport(sub: sub, account: nil, flags: AccountFlags(), sessions: .init(), grants: .init(), recentEvents: [])
-        for try await row in try await client.query(
-            """
-            SELECT email, email_verified, name, hd, sign_in_disabled, disabled_reason, sign_in_state_at, review_required,
-                   credential_change_required, created_at, last_sign_in_at
-            FROM risc_users WHERE sub = \(sub)
-            """, logger: logger
-        ).decode((String?, Bool?, String?, String?, Bool, String?, Date?, Bool, Bool, Date, Date?).self) {
-            report.flags = AccountFlags(signInDisabled: row.4, reviewRequired: row.7, credentialChangeRequired: row.8)
-            report.account = .init(
-                email: row.0, emailVerified: row.1, name: row.2, hd: row.3, disabledReason: row.5, signInStateAt: row.6,
-                firstSeenAt: row.9, lastSignInAt: row.10)
+        try await bounded { connection in
+            var report = UserReport(sub: sub, account: nil, flags: AccountFlags(), sessions: .init(), grants: .init(), recentEvents: [])
+            for try await row in try await connection.query(
+                """
+                SELECT email, email_verified, name, hd, sign_in_disabled, disabled_reason, sign_in_state_at, review_required,
+                       credential_change_required, created_at, last_sign_in_at
+                FROM risc_users WHERE sub = \(sub)
+                """, logger: logger
+            ).decode((String?, Bool?, String?, String?, Bool, String?, Date?, Bool, Bool, Date, Date?).self) {
+                report.flags = AccountFlags(signInDisabled: row.4, reviewRequired: row.7, credentialChangeRequired: row.8)
+                report.account = .init(
+                    email: row.0, emailVerified: row.1, name: row.2, hd: row.3, disabledReason: row.5, signInStateAt: row.6,
+                    firstSeenAt: row.9, lastSignInAt: row.10)
+            }
+            for try await (active, revoked) in try await connection.query(
+                """
+                SELECT count(*) FILTER (WHERE revoked_at IS NULL AND expires_at > now())::int8,
+                       count(*) FILTER (WHERE revoked_at IS NOT NULL)::int8
+                FROM risc_sessions WHERE sub = \(sub)
+                """, logger: logger
+            ).decode((Int64, Int64).self) {
+                report.sessions = .init(active: Int(active), revoked: Int(revoked))
+            }
+            for try await (active, revoked) in try await connection.query(
+                """
+                SELECT count(*) FILTER (WHERE revoked_at IS NULL)::int8, count(*) FILTER (WHERE revoked_at IS NOT NULL)::int8
+                FROM risc_grants WHERE sub = \(sub)
+                """, logger: logger
+            ).decode((Int64, Int64).self) {
+                report.grants = .init(active: Int(active), revoked: Int(revoked))
+            }
+            var filter = EventFilter()
+            filter.sub = sub
+            filter.limit = 20
+            report.recentEvents = try await events(filter).events
+            let nothing = UserReport.Counts()
+            if report.account == nil, report.sessions == nothing, report.grants == nothing, report.recentEvents.isEmpty { return nil }
+            return report
         }
-        for try await (active, revoked) in try await client.query(
-            """
-            SELECT count(*) FILTER (WHERE revoked_at IS NULL AND expires_at > now())::int8,
-                   count(*) FILTER (WHERE revoked_at IS NOT NULL)::int8
-            FROM risc_sessions WHERE sub = \(sub)
-            """, logger: logger
-        ).decode((Int64, Int64).self) {
-            report.sessions = .init(active: Int(active), revoked: Int(revoked))
-        }
-        for try await (active, revoked) in try await client.query(
-            """
-            SELECT count(*) FILTER (WHERE revoked_at IS NULL)::int8, count(*) FILTER (WHERE revoked_at IS NOT NULL)::int8
-            FROM risc_grants WHERE sub = \(sub)
-            """, logger: logger
-        ).decode((Int64, Int64).self) {
-            report.grants = .init(active: Int(active), revoked: Int(revoked))
-        }
-        var filter = EventFilter()
-        filter.sub = sub
-        filter.limit = 20
-        report.recentEvents = try await events(filter).events
-        let nothing = UserReport.Counts()
-        if report.account == nil, report.sessions == nothing, report.grants == nothing, report.recentEvents.isEmpty { return nil }
-        return report
     }
 
     public func stats() async throws -> QueueStats {
-        var stats = QueueStats(byStatus: [:], byType: [:], backlog: try await backlog())
-        for try await (status, count) in try await client.query(
-            "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger
-        ).decode((EventStatus, Int64).self) {
-            stats.byStatus[status] = Int(count)
+        try await bounded { connection in
+            var stats = QueueStats(byStatus: [:], byType: [:], backlog: try await backlog())
+            for try await (status, count) in try await connection.query(
+                "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger
+            ).decode((EventStatus, Int64).self) {
+                stats.byStatus[status] = Int(count)
+            }
+            for try await (type, count) in try await connection.query(
+                "SELECT t, count(*)::int8 FROM risc_events, unnest(event_types) AS t GROUP BY t", logger: logger
+            ).decode((String, Int64).self) {
+                stats.byType[EventType(rawValue: type)?.shortName ?? type] = Int(count)
+            }
+            return stats
         }
-        for try await (type, count) in try await client.query(
-            "SELECT t, count(*)::int8 FROM risc_events, unnest(event_types) AS t GROUP BY t", logger: logger
-        ).decode((String, Int64).self) {
-            stats.byType[EventType(rawValue: type)?.shortName ?? type] = Int(count)
-        }
-        return stats
     }
 
     /// How many events wait for a worker, and the age of the oldest: for `stats` and the metrics.
     public func backlog() async throws -> Backlog {
-        var backlog = Backlog()
-        for try await (depth, age) in try await client.query(
-            """
-            SELECT count(*)::int8, extract(epoch FROM now() - min(received_at))::float8
-            FROM risc_events WHERE status = ANY(\(EventStatus.waiting))
-            """, logger: logger
-        ).decode((Int64, Double?).self) {
-            backlog = Backlog(depth: Int(depth), oldestAgeSeconds: age)
+        try await bounded { connection in
+            var backlog = Backlog()
+            for try await (depth, age) in try await connection.query(
+                """
+                SELECT count(*)::int8, extract(epoch FROM now() - min(received_at))::float8
+                FROM risc_events WHERE status = ANY(\(EventStatus.waiting))
+                """, logger: logger
+            ).decode((Int64, Double?).self) {
+                backlog = Backlog(depth: Int(depth), oldestAgeSeconds: age)
+            }
+            return backlog
         }
-        return backlog
     }
 
     /// The ids of every dead event, oldest first (for `events replay --dead`).
     public func deadEventIDs() async throws -> [Int64] {
-        var ids: [Int64] = []
-        for try await id in try await client.query(
-            "SELECT id FROM risc_events WHERE status = \(EventStatus.dead) ORDER BY id", logger: logger
-        ).decode(Int64.self) {
-            ids.append(id)
+        try await bounded { connection in
+            var ids: [Int64] = []
+            for try await id in try await connection.query(
+                "SELECT id FROM risc_events WHERE status = \(EventStatus.dead) ORDER BY id", logger: logger
+            ).decode(Int64.self) {
+                ids.append(id)
+            }
+            return ids
         }
-        return ids
     }
 }

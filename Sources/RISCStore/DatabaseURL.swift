@@ -67,9 +67,10 @@ public enum DatabaseURL {
 
     public static func configuration(from url: String) throws -> PostgresClient.Configuration {
         let parts = try parts(url)
+        var configuration: PostgresClient.Configuration
         switch parts.address {
         case .socket(let path):
-            return PostgresClient.Configuration(
+            configuration = PostgresClient.Configuration(
                 unixSocketPath: path, username: parts.username, password: parts.password, database: parts.database)
         case .tcp(let host, let port):
             let tls: PostgresClient.Configuration.TLS =
@@ -78,15 +79,32 @@ public enum DatabaseURL {
                 case .prefer: .prefer(.makeClientConfiguration())
                 case .require: .require(.makeClientConfiguration())
                 }
-            return PostgresClient.Configuration(
+            configuration = PostgresClient.Configuration(
                 host: host, port: port, username: parts.username, password: parts.password, database: parts.database, tls: tls)
         }
+        // The pool's keep-alive query has no timeout: on a connection whose server vanished it would wait for good,
+        // and the connection would never be leased or closed again. Idle connections are closed after a minute
+        // instead (the pool's idle timeout), and every operation is bounded (`withConnection(timeout:)`).
+        configuration.options.keepAliveBehavior = nil
+        configuration.options.additionalStartupParameters = serverKeepalives
+        return configuration
     }
+
+    /// TCP keepalives and a user timeout for the server's side of each connection: when this process's host
+    /// vanishes, PostgreSQL drops its connections within about 30 s, and with them their locks and open
+    /// transactions. (This side's socket is not reachable through postgres-nio; `withConnection(timeout:)` bounds
+    /// it instead.)
+    static let serverKeepalives: [(String, String)] = [
+        ("tcp_keepalives_idle", "10"), ("tcp_keepalives_interval", "5"), ("tcp_keepalives_count", "3"),
+        ("tcp_user_timeout", "30000"),
+    ]
 
     /// The configuration of a single connection outside the pool, for whoever needs one connection's lifetime (the
     /// delivery prober's session advisory lock lives exactly as long as its connection).
     public static func connectionConfiguration(from url: String) throws -> PostgresConnection.Configuration {
-        try connectionConfiguration(try parts(url))
+        var configuration = try connectionConfiguration(try parts(url))
+        configuration.options.additionalStartupParameters = serverKeepalives
+        return configuration
     }
 
     static func connectionConfiguration(_ parts: Parts) throws -> PostgresConnection.Configuration {

@@ -39,8 +39,8 @@ public struct DeliveryProbes: Sendable {
         return facts
     }
 
-    public func facts(client: PostgresClient) async throws -> DeliveryHealth.Facts {
-        try await client.withConnection { connection in try await facts(on: connection) }
+    public func facts(client: PostgresClient, timeout: Duration = .seconds(5)) async throws -> DeliveryHealth.Facts {
+        try await client.withConnection(timeout: timeout) { connection in try await facts(on: connection) }
     }
 
     /// What the management API reported just before a probe.
@@ -76,8 +76,10 @@ public struct DeliveryProbes: Sendable {
 
     /// Records a change made to the stream (`stream update|enable|disable`): `stream health` then knows the last
     /// probe's view is out of date, and the prober probes again at once.
-    public func recordStreamChange(_ change: String, client: PostgresClient) async throws {
-        try await client.query("INSERT INTO risc_stream_changes (change) VALUES (\(change))", logger: logger)
+    public func recordStreamChange(_ change: String, client: PostgresClient, timeout: Duration = .seconds(5)) async throws {
+        try await client.withConnection(timeout: timeout) { connection in
+            _ = try await connection.query("INSERT INTO risc_stream_changes (change) VALUES (\(change))", logger: logger)
+        }
     }
 
     /// Whether the stream was changed at or after the latest probe read it (or changed while there is no probe).

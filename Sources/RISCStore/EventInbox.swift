@@ -76,6 +76,9 @@ public final class EventInbox: Service, Sendable {
     private struct Pending: Sendable {
         var event: InboundEvent
         var continuation: CheckedContinuation<Outcome, any Error>
+        /// Arrival plus `commitTimeout`: the caller has its answer by then, whether its SET waited for a flusher
+        /// (both may be stuck on a database that stopped answering) or for its batch's commit.
+        var deadline: ContinuousClock.Instant
     }
 
     private struct State {
@@ -108,7 +111,7 @@ public final class EventInbox: Service, Sendable {
             enum Next { case wait, wake(CheckedContinuation<[Pending], Never>, [Pending]), refuse }
             let next: Next = state.withLock { state in
                 guard !state.closed else { return .refuse }
-                state.queue.append(Pending(event: event, continuation: continuation))
+                state.queue.append(Pending(event: event, continuation: continuation, deadline: .now + settings.commitTimeout))
                 guard let idle = state.idleFlushers.popLast() else { return .wait }
                 return .wake(idle, state.takeBatch(max: settings.maxBatch))
             }
@@ -158,14 +161,25 @@ public final class EventInbox: Service, Sendable {
                 if let ready { continuation.resume(returning: ready) }
             }
             if batch.isEmpty { return }
-            await commit(batch)
+            // A SET that waited out its whole bound for a flusher is answered at once, and not stored.
+            let now = ContinuousClock.now
+            let expired = batch.filter { $0.deadline <= now }
+            for pending in expired { pending.continuation.resume(throwing: Failure.unavailable) }
+            if !expired.isEmpty {
+                logger.error("SETs waited longer than RISC_DATABASE_TIMEOUT for the database", metadata: ["count": "\(expired.count)"])
+            }
+            let live = batch.filter { $0.deadline > now }
+            if !live.isEmpty { await commit(live) }
         }
     }
 
     private func commit(_ batch: [Pending]) async {
         do {
-            let (stored, applied) = try await withTimeout(settings.commitTimeout) {
-                try await self.insert(batch.map(\.event))
+            // Bounded by the earliest caller's deadline; on the bound, the connection is closed, not left leased.
+            let deadline = batch.map(\.deadline).min() ?? .now + settings.commitTimeout
+            let events = batch.map(\.event)
+            let (stored, applied) = try await client.withConnection(timeout: max(deadline - .now, .milliseconds(1))) { connection in
+                try await self.insert(events, on: connection)
             }
             if let applied {
                 ServiceMetrics.actionsApplied(applied)
@@ -182,8 +196,11 @@ public final class EventInbox: Service, Sendable {
                 return
             }
             // One row's data may have failed the whole statement: store them one by one, so that only that
-            // SET is refused and the others commit.
-            for pending in batch { await commit([pending]) }
+            // SET is refused and the others commit. At once, each on a connection of its own: one after another,
+            // the last could outlive its caller's deadline.
+            await withDiscardingTaskGroup { group in
+                for pending in batch { group.addTask { await self.commit([pending]) } }
+            }
         } catch {
             logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(DatabaseErrors.describe(error))"])
             for pending in batch { pending.continuation.resume(throwing: Failure.unavailable) }
@@ -201,10 +218,10 @@ public final class EventInbox: Service, Sendable {
     /// Not a plain INSERT: an implicit transaction commits at Sync, after the rows have been delivered, and
     /// an explicit BEGIN … COMMIT costs two more round trips per batch. The procedure commits before it
     /// answers, so a returned CALL means the batch is durable.
-    private func insert(_ events: [InboundEvent]) async throws -> (stored: Set<EventKey>, applied: ActionTotals?) {
+    private func insert(_ events: [InboundEvent], on connection: PostgresConnection) async throws -> (stored: Set<EventKey>, applied: ActionTotals?) {
         var stored = Set<EventKey>()
         var applied: ActionTotals?
-        for try await (positions, kinds, actions, rows) in try await client.execute(
+        for try await (positions, kinds, actions, rows) in try await connection.execute(
             StoreEvents(events, apply: settings.applyOnReceipt), logger: logger)
         {
             for position in positions ?? [] where position >= 1 && position <= events.count {

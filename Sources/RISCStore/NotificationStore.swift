@@ -11,10 +11,17 @@ public struct NotificationStore: Sendable {
 
     let client: PostgresClient
     let logger: Logger
+    /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
+    let timeout: Duration
 
-    public init(client: PostgresClient, logger: Logger) {
+    public init(client: PostgresClient, timeout: Duration = .seconds(5), logger: Logger) {
         self.client = client
+        self.timeout = timeout
         self.logger = logger
+    }
+
+    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection(timeout: timeout, body)
     }
 
     // MARK: Subscribers
@@ -52,57 +59,65 @@ public struct NotificationStore: Sendable {
 
     /// Adds a subscriber; it hears of actions taken from now on. Returns its id.
     public func add(_ subscriber: NewSubscriber) async throws -> Int64 {
-        let rows = try await client.query(
-            "INSERT INTO risc_subscribers (url, secret, actions) VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions)) RETURNING id",
-            logger: logger)
-        var id: Int64 = 0
-        for try await inserted in rows.decode(Int64.self) { id = inserted }
-        return id
+        try await bounded { connection in
+            let rows = try await connection.query(
+                "INSERT INTO risc_subscribers (url, secret, actions) VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions)) RETURNING id",
+                logger: logger)
+            var id: Int64 = 0
+            for try await inserted in rows.decode(Int64.self) { id = inserted }
+            return id
+        }
     }
 
     /// Makes the subscribers from configuration (RISC_SUBSCRIBERS) exactly `configured`, matched by URL: new ones are
     /// added, changed ones updated, and configured ones no longer listed removed. Those added by operators are left
     /// alone. Instances starting together take turns.
     public func syncConfigured(_ configured: [NewSubscriber]) async throws {
-        try await client.transaction(logger: logger) { connection in
-            try await connection.query("SELECT pg_advisory_xact_lock(hashtext('risc_subscribers_configured'))", logger: logger)
-            try await connection.query(
-                "DELETE FROM risc_subscribers WHERE configured AND url <> ALL(\(configured.map(\.url)))", logger: logger)
-            for subscriber in configured {
+        try await bounded { connection in
+            try await connection.transaction(logger: logger) { connection in
+                try await connection.query("SELECT pg_advisory_xact_lock(hashtext('risc_subscribers_configured'))", logger: logger)
                 try await connection.query(
-                    """
-                    INSERT INTO risc_subscribers (url, secret, actions, configured)
-                    VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions), true)
-                    ON CONFLICT (url) WHERE configured DO UPDATE SET secret = EXCLUDED.secret, actions = EXCLUDED.actions
-                    """, logger: logger)
+                    "DELETE FROM risc_subscribers WHERE configured AND url <> ALL(\(configured.map(\.url)))", logger: logger)
+                for subscriber in configured {
+                    try await connection.query(
+                        """
+                        INSERT INTO risc_subscribers (url, secret, actions, configured)
+                        VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions), true)
+                        ON CONFLICT (url) WHERE configured DO UPDATE SET secret = EXCLUDED.secret, actions = EXCLUDED.actions
+                        """, logger: logger)
+                }
             }
         }
     }
 
     public func subscribers() async throws -> [SubscriberRecord] {
-        var found: [SubscriberRecord] = []
-        let rows = try await client.query(
-            """
-            SELECT s.id, s.url, s.actions, s.configured, s.created_at,
-                   (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'pending')::int8,
-                   (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'dead')::int8
-            FROM risc_subscribers s ORDER BY s.id
-            """, logger: logger)
-        for try await (id, url, actions, configured, createdAt, pending, dead) in rows.decode(
-            (Int64, String, [ActionKind]?, Bool, Date, Int64, Int64).self)
-        {
-            found.append(
-                SubscriberRecord(
-                    id: id, url: url, actions: actions, configured: configured, createdAt: createdAt, pending: Int(pending), dead: Int(dead)))
+        try await bounded { connection in
+            var found: [SubscriberRecord] = []
+            let rows = try await connection.query(
+                """
+                SELECT s.id, s.url, s.actions, s.configured, s.created_at,
+                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'pending')::int8,
+                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'dead')::int8
+                FROM risc_subscribers s ORDER BY s.id
+                """, logger: logger)
+            for try await (id, url, actions, configured, createdAt, pending, dead) in rows.decode(
+                (Int64, String, [ActionKind]?, Bool, Date, Int64, Int64).self)
+            {
+                found.append(
+                    SubscriberRecord(
+                        id: id, url: url, actions: actions, configured: configured, createdAt: createdAt, pending: Int(pending), dead: Int(dead)))
+            }
+            return found
         }
-        return found
     }
 
     /// Removes a subscriber and its notifications (undelivered ones are not sent). False if there was none.
     public func remove(subscriber id: Int64) async throws -> Bool {
-        let rows = try await client.query("DELETE FROM risc_subscribers WHERE id = \(id) RETURNING id", logger: logger)
-        for try await _ in rows.decode(Int64.self) { return true }
-        return false
+        try await bounded { connection in
+            let rows = try await connection.query("DELETE FROM risc_subscribers WHERE id = \(id) RETURNING id", logger: logger)
+            for try await _ in rows.decode(Int64.self) { return true }
+            return false
+        }
     }
 
     // MARK: Notifications, for admins
@@ -137,32 +152,36 @@ public struct NotificationStore: Sendable {
     }
 
     public func notifications(_ filter: Filter) async throws -> NotificationPage {
-        let before = filter.cursor.flatMap(AdminQueries.decodeCursor)
-        let rows = try await client.query(
-            """
-            SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications
-            WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
-              AND (\(filter.subscriber)::int8 IS NULL OR subscriber_id = \(filter.subscriber))
-              AND (\(filter.sub)::text IS NULL OR sub = \(filter.sub))
-              AND (\(before)::int8 IS NULL OR id < \(before))
-            ORDER BY id DESC LIMIT \(filter.limit + 1)
-            """, logger: logger)
-        var page = NotificationPage(notifications: [])
-        for try await row in rows.decode(NotificationRecord.Row.self) {
-            if page.notifications.count == filter.limit {
-                page.nextCursor = AdminQueries.encodeCursor(page.notifications.last!.id)
-                break
+        try await bounded { connection in
+            let before = filter.cursor.flatMap(AdminQueries.decodeCursor)
+            let rows = try await connection.query(
+                """
+                SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications
+                WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
+                  AND (\(filter.subscriber)::int8 IS NULL OR subscriber_id = \(filter.subscriber))
+                  AND (\(filter.sub)::text IS NULL OR sub = \(filter.sub))
+                  AND (\(before)::int8 IS NULL OR id < \(before))
+                ORDER BY id DESC LIMIT \(filter.limit + 1)
+                """, logger: logger)
+            var page = NotificationPage(notifications: [])
+            for try await row in rows.decode(NotificationRecord.Row.self) {
+                if page.notifications.count == filter.limit {
+                    page.nextCursor = AdminQueries.encodeCursor(page.notifications.last!.id)
+                    break
+                }
+                page.notifications.append(NotificationRecord(row: row))
             }
-            page.notifications.append(NotificationRecord(row: row))
+            return page
         }
-        return page
     }
 
     public func notification(id: Int64) async throws -> NotificationRecord? {
-        let rows = try await client.query(
-            "SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications WHERE id = \(id)", logger: logger)
-        for try await row in rows.decode(NotificationRecord.Row.self) { return NotificationRecord(row: row) }
-        return nil
+        try await bounded { connection in
+            let rows = try await connection.query(
+                "SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications WHERE id = \(id)", logger: logger)
+            for try await row in rows.decode(NotificationRecord.Row.self) { return NotificationRecord(row: row) }
+            return nil
+        }
     }
 
     public enum ReplayOutcome: Sendable, Equatable {
@@ -174,33 +193,37 @@ public struct NotificationStore: Sendable {
 
     /// Sends a dead (or delivered) notification again, with the same `webhook-id`, attempts counted afresh.
     public func replay(id: Int64) async throws -> ReplayOutcome {
-        let rows = try await client.query(
-            """
-            WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
-            updated AS (
-                UPDATE risc_notifications n
-                SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
-                    delivered_at = NULL
-                FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
-                RETURNING n.id
-            )
-            SELECT EXISTS (SELECT 1 FROM updated) FROM target
-            """, logger: logger)
-        var outcome = ReplayOutcome.notFound
-        for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
-        if outcome == .replayed { try await client.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
-        return outcome
+        try await bounded { connection in
+            let rows = try await connection.query(
+                """
+                WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
+                updated AS (
+                    UPDATE risc_notifications n
+                    SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
+                        delivered_at = NULL
+                    FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
+                    RETURNING n.id
+                )
+                SELECT EXISTS (SELECT 1 FROM updated) FROM target
+                """, logger: logger)
+            var outcome = ReplayOutcome.notFound
+            for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
+            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
+            return outcome
+        }
     }
 
     /// The ids of every dead notification, oldest first (for `notifications replay --dead`).
     public func deadIDs() async throws -> [Int64] {
-        var ids: [Int64] = []
-        for try await id in try await client.query(
-            "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", logger: logger
-        ).decode(Int64.self) {
-            ids.append(id)
+        try await bounded { connection in
+            var ids: [Int64] = []
+            for try await id in try await connection.query(
+                "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", logger: logger
+            ).decode(Int64.self) {
+                ids.append(id)
+            }
+            return ids
         }
-        return ids
     }
 
     // MARK: Dispatchers
@@ -221,37 +244,39 @@ public struct NotificationStore: Sendable {
     /// notifications go out in order. Each is counted as an attempt and leased for `lease`: if the dispatcher
     /// dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
     public func claim(limit: Int, lease: Duration) async throws -> [Delivery] {
-        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-        let rows = try await client.query(
-            """
-            WITH due AS (
-                SELECT n.id FROM risc_notifications n
-                WHERE n.status = \(NotificationStatus.pending) AND n.next_attempt_at <= now()
-                  AND NOT EXISTS (
-                      SELECT 1 FROM risc_notifications earlier
-                      WHERE earlier.status = \(NotificationStatus.pending) AND earlier.subscriber_id = n.subscriber_id
-                        AND earlier.sub = n.sub AND earlier.id < n.id)
-                ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
-                FOR UPDATE OF n SKIP LOCKED
-            )
-            UPDATE risc_notifications n
-            SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
-            FROM due, risc_subscribers s
-            WHERE n.id = due.id AND s.id = n.subscriber_id
-            RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-                      n.attempts, s.id, s.url, s.secret
-            """, logger: logger)
-        var claimed: [Delivery] = []
-        for try await row in rows.decode((Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String).self) {
-            let notification = ActionNotification(
-                kind: row.2, sub: row.3.isEmpty ? nil : row.3, count: Int(row.4), eventID: row.5, jti: row.6, eventType: row.7,
-                occurredAt: row.8)
-            claimed.append(
-                Delivery(
-                    id: row.0, webhookID: row.1, notification: notification, attempt: Int(row.9), subscriberID: row.10, url: row.11,
-                    secret: row.12))
+        try await bounded { connection in
+            let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+            let rows = try await connection.query(
+                """
+                WITH due AS (
+                    SELECT n.id FROM risc_notifications n
+                    WHERE n.status = \(NotificationStatus.pending) AND n.next_attempt_at <= now()
+                      AND NOT EXISTS (
+                          SELECT 1 FROM risc_notifications earlier
+                          WHERE earlier.status = \(NotificationStatus.pending) AND earlier.subscriber_id = n.subscriber_id
+                            AND earlier.sub = n.sub AND earlier.id < n.id)
+                    ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
+                    FOR UPDATE OF n SKIP LOCKED
+                )
+                UPDATE risc_notifications n
+                SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
+                FROM due, risc_subscribers s
+                WHERE n.id = due.id AND s.id = n.subscriber_id
+                RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+                          n.attempts, s.id, s.url, s.secret
+                """, logger: logger)
+            var claimed: [Delivery] = []
+            for try await row in rows.decode((Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String).self) {
+                let notification = ActionNotification(
+                    kind: row.2, sub: row.3.isEmpty ? nil : row.3, count: Int(row.4), eventID: row.5, jti: row.6, eventType: row.7,
+                    occurredAt: row.8)
+                claimed.append(
+                    Delivery(
+                        id: row.0, webhookID: row.1, notification: notification, attempt: Int(row.9), subscriberID: row.10, url: row.11,
+                        secret: row.12))
+            }
+            return claimed.sorted { $0.id < $1.id }
         }
-        return claimed.sorted { $0.id < $1.id }
     }
 
     /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if
@@ -259,32 +284,36 @@ public struct NotificationStore: Sendable {
     /// another dispatcher has taken the row again, changes nothing (that attempt decides, and a user's next
     /// notification is not released while this one may still be sent). Returns how many were recorded.
     public func markDelivered(_ deliveries: [(id: Int64, attempt: Int)]) async throws -> Int {
-        var recorded = 0
-        for try await count in try await client.query(
-            """
-            WITH done AS (
-                UPDATE risc_notifications n SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
-                FROM unnest(\(deliveries.map(\.id)), \(deliveries.map { Int32($0.attempt) })) AS d(id, attempts)
-                WHERE n.id = d.id AND n.attempts = d.attempts AND n.status = \(NotificationStatus.pending)
-                RETURNING 1
-            )
-            SELECT count(*)::int8 FROM done
-            """, logger: logger
-        ).decode(Int64.self) {
-            recorded = Int(count)
+        try await bounded { connection in
+            var recorded = 0
+            for try await count in try await connection.query(
+                """
+                WITH done AS (
+                    UPDATE risc_notifications n SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
+                    FROM unnest(\(deliveries.map(\.id)), \(deliveries.map { Int32($0.attempt) })) AS d(id, attempts)
+                    WHERE n.id = d.id AND n.attempts = d.attempts AND n.status = \(NotificationStatus.pending)
+                    RETURNING 1
+                )
+                SELECT count(*)::int8 FROM done
+                """, logger: logger
+            ).decode(Int64.self) {
+                recorded = Int(count)
+            }
+            return recorded
         }
-        return recorded
     }
 
     /// A failed attempt: due again after `retryAfter` seconds, or dead when nil. Only if no other dispatcher has
     /// taken the row since (its lease ran out): that one's attempt decides.
     public func markFailed(_ delivery: Delivery, error: String, retryAfter: Double?) async throws {
-        try await client.query(
-            """
-            UPDATE risc_notifications
-            SET status = \(retryAfter == nil ? NotificationStatus.dead : NotificationStatus.pending), last_error = \(error),
-                next_attempt_at = now() + make_interval(secs => \(retryAfter ?? 0))
-            WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
-            """, logger: logger)
+        try await bounded { connection in
+            _ = try await connection.query(
+                """
+                UPDATE risc_notifications
+                SET status = \(retryAfter == nil ? NotificationStatus.dead : NotificationStatus.pending), last_error = \(error),
+                    next_attempt_at = now() + make_interval(secs => \(retryAfter ?? 0))
+                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
+                """, logger: logger)
+        }
     }
 }

@@ -144,36 +144,43 @@ public final class SessionCache: Service, Sendable {
 
     private func listenWithHeartbeat() async throws {
         let lastHeard = LastHeard()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try await self.client.withConnection { connection in
-                    try await connection.listen(on: Self.channel) { notifications in
-                        lastHeard.withLock { $0 = .now }
-                        self.setListening(true)
-                        for try await notification in notifications {
+        try await client.withConnection { connection in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    // Ends as soon as the connection closes: a LISTEN on a closed connection would wait for good.
+                    try await whileOpen(connection) {
+                        try await connection.listen(on: Self.channel) { notifications in
                             lastHeard.withLock { $0 = .now }
-                            // An empty payload is the heartbeat; `*` (a sub too long for a payload) drops everything.
-                            switch notification.payload {
-                            case "": break
-                            case "*": self.invalidateAll()
-                            default: self.invalidate(sub: notification.payload)
+                            self.setListening(true)
+                            for try await notification in notifications {
+                                lastHeard.withLock { $0 = .now }
+                                // An empty payload is the heartbeat; `*` (a sub too long for a payload) drops everything.
+                                switch notification.payload {
+                                case "": break
+                                case "*": self.invalidateAll()
+                                default: self.invalidate(sub: notification.payload)
+                                }
                             }
                         }
                     }
                 }
-            }
-            group.addTask {
-                while true {
-                    try await Task.sleep(for: Self.heartbeatInterval)
-                    _ = try? await withTimeout(.seconds(2)) {
-                        try await self.client.query("SELECT pg_notify(\(Self.channel), '')", logger: self.logger)
+                group.addTask {
+                    while true {
+                        try await Task.sleep(for: Self.heartbeatInterval)
+                        _ = try? await self.client.withConnection(timeout: .seconds(2)) { connection in
+                            _ = try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: self.logger)
+                        }
+                        if ContinuousClock.now - lastHeard.withLock({ $0 }) > Self.heartbeatTimeout {
+                            // Closed, not abandoned: a connection whose server vanished would stay leased for good.
+                            try? await connection.close()
+                            throw StaleConnection()
+                        }
                     }
-                    if ContinuousClock.now - lastHeard.withLock({ $0 }) > Self.heartbeatTimeout { throw StaleConnection() }
                 }
+                // Either child ending ends the connection: the caller empties the cache and reconnects.
+                try await group.next()
+                group.cancelAll()
             }
-            // Either child ending ends the connection: the caller empties the cache and reconnects.
-            try await group.next()
-            group.cancelAll()
         }
     }
 }

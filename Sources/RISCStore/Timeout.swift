@@ -1,3 +1,4 @@
+import Logging
 import PostgresNIO
 import Synchronization
 
@@ -117,5 +118,75 @@ private final class ResumeOnce<Value: Sendable>: Sendable {
         work?.cancel()
         continuation?.resume(with: result)
         return true
+    }
+}
+
+extension PostgresClient {
+    /// Leases a connection and runs `body` on it for at most `timeout`. When the time is up, or the caller is
+    /// cancelled, the connection is closed rather than abandoned: a connection whose server has vanished (its host
+    /// died, a failover moved its address, a NAT forgot it) stays silent for good, and postgres-nio 1.33.2 would
+    /// keep it leased to the operation that gave up, until every connection of the pool is. Closed, the pool
+    /// replaces it. (postgres-nio does not expose the socket, so TCP keepalives cannot be set on this side.)
+    public func withConnection<Result: Sendable>(
+        timeout: Duration, _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
+    ) async throws -> Result {
+        let lease = AbandonableLease()
+        do {
+            return try await withTimeout(timeout) {
+                try await self.withConnection { connection in
+                    try lease.hold(connection)
+                    return try await body(connection)
+                }
+            }
+        } catch let error as TimeoutError {
+            lease.abandon()
+            throw error
+        } catch let error as CancellationError {
+            lease.abandon()
+            throw error
+        }
+    }
+
+    /// `transaction`, bounded as `withConnection(timeout:)` is.
+    public func transaction<Result: Sendable>(
+        timeout: Duration, logger: Logger, _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
+    ) async throws -> Result {
+        try await withConnection(timeout: timeout) { connection in
+            try await connection.transaction(logger: logger) { connection in try await body(connection) }
+        }
+    }
+}
+
+/// The connection an operation leased, closed if the operation is given up on; a lease granted after that is
+/// closed at once.
+final class AbandonableLease: Sendable {
+    private struct State {
+        var connection: PostgresConnection?
+        var abandoned = false
+    }
+
+    private let state = Mutex(State())
+
+    func hold(_ connection: PostgresConnection) throws {
+        let abandoned = state.withLock { state in
+            state.connection = connection
+            return state.abandoned
+        }
+        if abandoned {
+            Self.close(connection)
+            throw CancellationError()
+        }
+    }
+
+    func abandon() {
+        let connection: PostgresConnection? = state.withLock { state in
+            state.abandoned = true
+            return state.connection
+        }
+        if let connection { Self.close(connection) }
+    }
+
+    static func close(_ connection: PostgresConnection) {
+        Task { try? await connection.close() }
     }
 }

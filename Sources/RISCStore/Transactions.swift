@@ -14,3 +14,16 @@ extension PostgresClient {
         }
     }
 }
+
+extension PostgresConnection {
+    /// `withTransaction` on this connection, throwing what actually went wrong, as `PostgresClient.transaction` does.
+    public func transaction<Result: Sendable>(
+        logger: Logger, _ body: nonisolated(nonsending) (PostgresConnection) async throws -> sending Result
+    ) async throws -> Result {
+        do {
+            return try await withTransaction(logger: logger, body)
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.commitError ?? error.beginError ?? error
+        }
+    }
+}

@@ -101,12 +101,8 @@ public final class DeliveryProber: Service, Sendable {
     /// Asks for the lock every `pause` until this instance has it, then probes every interval.
     private func lead(on connection: PostgresConnection, pause: Duration) async throws {
         // Should this host vanish without closing the connection (a crash, a partition), the server notices within
-        // about a minute and drops the lock, rather than after the operating system's two hours of TCP silence.
-        try await connection.query(
-            """
-            SELECT set_config('tcp_keepalives_idle', '30', false), set_config('tcp_keepalives_interval', '10', false),
-                   set_config('tcp_keepalives_count', '3', false)
-            """, logger: logger)
+        // about 30 s and drops the lock (the connection's TCP keepalives, `DatabaseURL.connectionConfiguration`),
+        // rather than after the operating system's two hours of TCP silence.
         while try await !takeLock(on: connection) { try await Task.sleep(for: pause) }
         logger.info("This instance now probes delivery")
         while !Task.isCancelled {

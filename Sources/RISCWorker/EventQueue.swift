@@ -37,11 +37,19 @@ public struct EventQueue: Sendable {
     let client: PostgresClient
     let retryPolicy: RetryPolicy
     let logger: Logger
+    /// Each transaction's bound; on it, the connection is closed (a worker's: its batch timeout; an admin's
+    /// replay: RISC_DATABASE_TIMEOUT).
+    let timeout: Duration
 
-    public init(client: PostgresClient, retryPolicy: RetryPolicy = .init(), logger: Logger) {
+    public init(client: PostgresClient, retryPolicy: RetryPolicy = .init(), timeout: Duration = .seconds(30), logger: Logger) {
         self.client = client
         self.retryPolicy = retryPolicy
+        self.timeout = timeout
         self.logger = logger
+    }
+
+    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection(timeout: timeout, body)
     }
 
     struct Claimed {
@@ -60,7 +68,7 @@ public struct EventQueue: Sendable {
     public func processBatch(limit: Int) async throws -> BatchResult {
         var result = BatchResult()
         do {
-            return try await client.transaction(logger: logger) { connection in
+            return try await client.transaction(timeout: timeout, logger: logger) { connection in
                 let claimed = try await self.claim(limit: limit, id: nil, on: connection)
                 return try await self.apply(claimed, on: connection)
             }
@@ -72,7 +80,7 @@ public struct EventQueue: Sendable {
         for id in ids {
             do {
                 result.add(
-                    try await client.transaction(logger: logger) { connection in
+                    try await client.transaction(timeout: timeout, logger: logger) { connection in
                         let claimed = try await self.claim(limit: 1, id: id, on: connection)  // empty if another worker has it
                         return try await self.apply(claimed, on: connection)
                     })
@@ -186,7 +194,7 @@ public struct EventQueue: Sendable {
 
     /// The new status, or nil when the event was no longer this worker's to fail.
     private func recordFailure(id: Int64, message: String) async throws -> EventStatus? {
-        try await client.transaction(logger: logger) { connection in
+        try await client.transaction(timeout: timeout, logger: logger) { connection in
             let rows = try await connection.query(
                 "SELECT attempts FROM risc_events WHERE id = \(id) AND status = ANY(\(EventStatus.waiting)) FOR UPDATE SKIP LOCKED",
                 logger: logger)
@@ -215,14 +223,16 @@ public struct EventQueue: Sendable {
     }
 
     private func runnableIDs(limit: Int) async throws -> [Int64] {
-        var ids: [Int64] = []
-        let rows = try await client.query(
-            """
-            SELECT id FROM risc_events WHERE status = ANY(\(EventStatus.waiting)) AND run_after <= now()
-            ORDER BY run_after, id LIMIT \(limit)
-            """, logger: logger)
-        for try await id in rows.decode(Int64.self) { ids.append(id) }
-        return ids
+        try await bounded { connection in
+            var ids: [Int64] = []
+            let rows = try await connection.query(
+                """
+                SELECT id FROM risc_events WHERE status = ANY(\(EventStatus.waiting)) AND run_after <= now()
+                ORDER BY run_after, id LIMIT \(limit)
+                """, logger: logger)
+            for try await id in rows.decode(Int64.self) { ids.append(id) }
+            return ids
+        }
     }
 
     public enum ReplayOutcome: Sendable, Equatable {
@@ -235,20 +245,22 @@ public struct EventQueue: Sendable {
     /// Makes a finished, failed or dead event runnable again (an operator's replay) and wakes the workers.
     /// Its actions are applied again; every action is idempotent.
     public func replay(id: Int64) async throws -> ReplayOutcome {
-        var outcome = ReplayOutcome.notFound
-        let rows = try await client.query(
-            """
-            WITH target AS (SELECT id, status FROM risc_events WHERE id = \(id) FOR UPDATE),
-            updated AS (
-                UPDATE risc_events e
-                SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
-                FROM target WHERE e.id = target.id AND target.status = ANY(\(EventStatus.replayable))
-                RETURNING e.id
-            )
-            SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
-            """, logger: logger)
-        for try await (_, updated) in rows.decode((EventStatus, Bool).self) { outcome = updated ? .replayed : .ignored }
-        if outcome == .replayed { try await client.query("SELECT pg_notify(\(EventWorker.channel), '')", logger: logger) }
-        return outcome
+        try await bounded { connection in
+            var outcome = ReplayOutcome.notFound
+            let rows = try await connection.query(
+                """
+                WITH target AS (SELECT id, status FROM risc_events WHERE id = \(id) FOR UPDATE),
+                updated AS (
+                    UPDATE risc_events e
+                    SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
+                    FROM target WHERE e.id = target.id AND target.status = ANY(\(EventStatus.replayable))
+                    RETURNING e.id
+                )
+                SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
+                """, logger: logger)
+            for try await (_, updated) in rows.decode((EventStatus, Bool).self) { outcome = updated ? .replayed : .ignored }
+            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(EventWorker.channel), '')", logger: logger) }
+            return outcome
+        }
     }
 }

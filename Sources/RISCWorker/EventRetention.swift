@@ -72,7 +72,8 @@ public struct EventRetention: Sendable {
 
     /// In a transaction holding the retention lock; 0 when another worker holds it.
     private func withRetentionLock(_ body: @escaping @Sendable (PostgresConnection) async throws -> Int) async throws -> Int {
-        try await client.transaction(logger: logger) { connection in
+        // Bounded as a worker's batch is: on a connection gone silent, the connection is closed, not kept.
+        try await client.transaction(timeout: .seconds(30), logger: logger) { connection in
             var locked = false
             for try await granted in try await connection.query(
                 "SELECT pg_try_advisory_xact_lock(hashtext('risc_event_retention'))", logger: logger

@@ -38,7 +38,7 @@ public final class EventWorker: Service, Sendable {
         self.client = client
         self.settings = settings
         self.logger = logger
-        self.queue = EventQueue(client: client, retryPolicy: settings.retryPolicy, logger: logger)
+        self.queue = EventQueue(client: client, retryPolicy: settings.retryPolicy, timeout: settings.batchTimeout, logger: logger)
     }
 
     public func run() async throws {

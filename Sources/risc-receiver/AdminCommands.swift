@@ -15,25 +15,32 @@ struct AdminOptions: ParsableArguments {
     @OptionGroup var config: ConfigFileOption
 
     func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminQueries, EventQueue) async throws -> T) async throws -> T {
-        try await withDatabase { client, logger in
-            try await body(AdminQueries(client: client, logger: logger), EventQueue(client: client, logger: logger))
+        try await withDatabase { client, timeout, logger in
+            try await body(
+                AdminQueries(client: client, timeout: timeout, logger: logger), EventQueue(client: client, timeout: timeout, logger: logger))
         }
     }
 
     func withNotifications<T: Sendable>(_ body: @escaping @Sendable (NotificationStore) async throws -> T) async throws -> T {
-        try await withDatabase { client, logger in try await body(NotificationStore(client: client, logger: logger)) }
+        try await withDatabase { client, timeout, logger in
+            try await body(NotificationStore(client: client, timeout: timeout, logger: logger))
+        }
     }
 
-    private func withDatabase<T: Sendable>(_ body: @escaping @Sendable (PostgresClient, Logger) async throws -> T) async throws -> T {
-        let databaseURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
-            try ConfigVariables.databaseURL.value(from: reader)
+    /// Each database call is bounded by RISC_DATABASE_TIMEOUT, as the admin API's are.
+    private func withDatabase<T: Sendable>(
+        _ body: @escaping @Sendable (PostgresClient, Duration, Logger) async throws -> T
+    ) async throws -> T {
+        let (databaseURL, timeoutSeconds) = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            (try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.databaseTimeout.value(from: reader))
         }
+        let timeout = Duration.milliseconds(Int64(timeoutSeconds * 1000))
         let logger = try await Bootstrap.logger("risc-receiver.admin", file: config.file)
         let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         do {
-            return try await client.whileRunning(timeout: .seconds(600)) { client in try await body(client, logger) }
+            return try await client.whileRunning(timeout: .seconds(600)) { client in try await body(client, timeout, logger) }
         } catch is TimeoutError {
-            throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
+            throw Bootstrap.fail("the database named by DATABASE_URL did not answer within RISC_DATABASE_TIMEOUT (\(timeoutSeconds) s)")
         }
     }
 
