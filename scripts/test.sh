@@ -56,11 +56,24 @@ if grep -E "Compiling " <<<"$second_build" | grep -v "Compiling plugin"; then
 fi
 
 # The whole suite (no arguments) also runs the fault-injection suite against the binary just built: kill -9,
-# an immediate PostgreSQL restart, a JWKS outage and SIGTERM while 10,000 SETs arrive (about 2 minutes).
+# an immediate PostgreSQL restart, a JWKS outage and SIGTERM while 10,000 SETs arrive (about 2 minutes); the
+# network faults through a loopback proxy (about 3 minutes); then the run command's checks, and a short run of
+# every other script the README names.
 if [ $# -eq 0 ]; then
-  tools_ensure_installed curl:curl ss:iproute2
+  tools_ensure_installed curl:curl ss:iproute2 pgrep:procps
   echo "==> fault-injection suite (about 2 minutes)"
   RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/fault-suite.sh
-  echo "==> scripts/run-local.sh started twice, and with a busy port"
+  echo "==> network faults between the service and PostgreSQL: blackhole, reset, vanished host, failover (about 3 minutes)"
+  RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/network-faults.sh
+  echo "==> scripts/run-local.sh: started twice, with a busy port, its walkthrough as printed, stopped by signals"
   scripts/check-run-local.sh
+  # Every other script the README tells users to run gets a short run, so none stops working unnoticed: the
+  # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (each exits
+  # non-zero when a 202 was not stored). These build in release mode (.build/release), once.
+  echo "==> scripts/fuzz.sh 30 (a first run builds Crypto in release mode: several minutes)"
+  scripts/fuzz.sh 30
+  echo "==> benchmark smoke runs, tiny sizes (a first run builds risc-receiver in release mode: several minutes)"
+  RISC_BENCH_MAX_RATE=200 scripts/bench-ingest.sh 4 1 10
+  scripts/bench-accounts.sh 20 300 1
+  RISC_BENCH_TOKENS_PER_RUN=300 scripts/bench-growth.sh 2000 4 1
 fi
