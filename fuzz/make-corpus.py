@@ -6,7 +6,7 @@ Each seed starts with the byte that picks the harness's entry point:
   parts, 3 SET compact text, 4 ID token compact text, 5 base64 / JWS framing / token identifiers,
   6 SET parts under a framing-flags byte.
 Names say what the seed is: `ok` seeds are accepted by the parser, `bad` ones refused (check with
-RISC_FUZZ_VERBOSE=1 .build-fuzz/fuzz/fuzz-parsing fuzz/corpus/*). Signatures are placeholders: the parser
+RISC_FUZZ_VERBOSE=1 .build/fuzz/fuzz-parsing fuzz/corpus/*). Signatures are placeholders: the parser
 checks none.
 """
 

@@ -70,6 +70,13 @@ if [ $# -eq 0 ]; then
   # Every other script the README tells users to run gets a short run, so none stops working unnoticed: the
   # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (each exits
   # non-zero when a 202 was not stored). These build in release mode (.build/release), once.
+  echo "==> fuzz/make-corpus.py writes the committed seed corpus again, byte for byte"
+  python3 fuzz/make-corpus.py >/dev/null
+  if [ -n "$(git status --porcelain -- fuzz/corpus 2>/dev/null)" ]; then
+    git status --short -- fuzz/corpus >&2
+    echo "scripts/test.sh: fuzz/make-corpus.py no longer writes the committed fuzz/corpus" >&2
+    exit 1
+  fi
   echo "==> scripts/fuzz.sh 30 (a first run builds Crypto in release mode: several minutes)"
   scripts/fuzz.sh 30
   echo "==> benchmark smoke runs, tiny sizes (a first run builds risc-receiver in release mode: several minutes)"
