@@ -158,15 +158,16 @@ struct WorkerTests {
                 INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at)
                 VALUES ('https://transmitter.test/', 'broken', ARRAY['x'], '[{"no": "type"}]', '{}', now())
                 """)
-            // Backoffs of 3 to 6 s: long enough that a loaded machine cannot pass one between two calls.
-            let queue = EventQueue(client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 6, maxDelay: 6), logger: Harness.logger)
+            // Backoffs of 6 to 12 s: long enough that a loaded machine cannot pass one between two calls (3 to 6 s
+            // did, once, in CI from a fresh clone with the whole suite running).
+            let queue = EventQueue(client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 12, maxDelay: 12), logger: Harness.logger)
             let first = try await queue.processBatch(limit: 10)
             #expect(first.claimed == 1)
             #expect(first.failed == 1)
             #expect(try await database.count("SELECT count(*) FROM risc_events WHERE status = 'retry' AND attempts = 1 AND run_after > now() AND last_error IS NOT NULL") == 1)
             // Not runnable until its backoff has passed.
             #expect(try await queue.processBatch(limit: 10).claimed == 0)
-            try await database.waitUntil(timeout: .seconds(40)) {
+            try await database.waitUntil(timeout: .seconds(60)) {
                 _ = try await queue.processBatch(limit: 10)
                 return try await database.count("SELECT count(*) FROM risc_events WHERE status = 'dead'") == 1
             }
