@@ -1,4 +1,4 @@
--- Queues :events mixed events (every SPEC §3 action) for the worker-drain benchmark, with real state to act on:
+-- Queues :events mixed events (every action) for the worker-drain benchmark, with real state to act on:
 -- every user d-N has a session, and users of the tokens-revoked and token-revoked kinds have a grant.
 \set ON_ERROR_STOP on
 CREATE TEMP TABLE kinds (k int PRIMARY KEY, uri text, reason text);

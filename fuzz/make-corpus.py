@@ -65,7 +65,7 @@ def compact(header, payload, signature=b"c2lnbmF0dXJl"):
     return b64url(dumps(header)) + b"." + b64url(dumps(payload)) + b"." + signature
 
 
-# --- SETs of every SPEC §3 event type, legacy `subject` form and Shared Signals `sub_id` form -------------
+# --- SETs of every event type, legacy `subject` form and Shared Signals `sub_id` form -------------
 user_events = {
     "sessions-revoked": RISC + "sessions-revoked",
     "tokens-revoked": OAUTH + "tokens-revoked",

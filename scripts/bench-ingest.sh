@@ -8,7 +8,7 @@
 #      - latency: offered half the saturation rate (open loop);
 #      - time to revoke under a burst: wrk at full speed again while BURST_USERS signed-in users get a
 #        sessions-revoked SET each, spread over the run; from each 202 to the user's first 401;
-#   3. the default `serve` with one subscriber (SPEC §10): each SET's action also writes a notification, which
+#   3. the default `serve` with one subscriber: each SET's action also writes a notification, which
 #      the dispatcher delivers to a local `dev webhook-sink`; saturation, and how long until all are delivered;
 #   4. the split deployment: `serve --no-worker` plus one `worker` process, saturation only.
 #   scripts/bench-ingest.sh [CONNECTIONS=64] [SECONDS=10] [BURST_USERS=200]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault-injection suite: a throwaway PostgreSQL cluster, the development transmitter, `serve --no-worker` and two
 # `worker` processes; a few hundred users with sessions and vault grants; then a transmitter simulator
-# (scripts/fault_sim.py) delivers >= 10,000 SETs of every SPEC §3 type, with duplicates and out-of-order iat,
+# (scripts/fault_sim.py) delivers >= 10,000 SETs of every event type, with duplicates and out-of-order iat,
 # retrying like Google, while this script kills the server (-9), kills a worker (-9), restarts PostgreSQL
 # (immediate), takes the transmitter's discovery/JWKS down during a key rotation, and stops the server with
 # SIGTERM. At the end it checks the database against what was acknowledged and prints a summary; it exits 1 on

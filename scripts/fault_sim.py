@@ -2,7 +2,7 @@
 """Fault-injection suite helper (Python 3 standard library only), driven by scripts/fault-suite.sh.
 
   fault_sim.py setup  ...  sign users in (sessions) and store refresh-token grants; writes a state file
-  fault_sim.py send   ...  the transmitter simulator: plans >= 10,000 SETs over every SPEC §3 event type, has the
+  fault_sim.py send   ...  the transmitter simulator: plans >= 10,000 SETs over every event type, has the
                            development transmitter sign each (explicit jti and iat), and delivers them like Google:
                            503 / connection error / timeout -> retry the same SET with a short backoff until 202
   fault_sim.py drain  ...  waits (bounded) until no event is pending or retry
@@ -137,7 +137,7 @@ def cmd_setup(args):
         for j in range(1 + (i % 2)):  # 1-2 grants for the SETs' audience
             token = f"1//0f{i:05d}{j}" + "".join(rng.choice(alphabet) for _ in range(48))
             grants.append({"token": token, "client_id": args.audience})
-        if i % 12 == 1:  # a grant of another client: a token-revoked for the audience must not erase it (SPEC §3)
+        if i % 12 == 1:  # a grant of another client: a token-revoked for the audience must not erase it
             token = f"1//0f{i:05d}9" + "".join(rng.choice(alphabet) for _ in range(48))
             grants.append({"token": token, "client_id": args.other_client, "foreign": True})
         users.append({"sub": sub, "index": i, "sessions": 1 + (i % 3 == 0), "grants": grants})
@@ -218,7 +218,7 @@ class SET:
 
 
 def plan(state, count, seed, t0):
-    """Every SPEC §3 type, with user profiles that keep the expected end state unambiguous."""
+    """Every event type, with user profiles that keep the expected end state unambiguous."""
     rng = random.Random(seed)
     users = state["users"]
     audience = state["audience"]
@@ -812,7 +812,7 @@ def cmd_check(args):
             checked["token-revoked audience"] += 1
             if not live:
                 violate("token-revoked audience", f"grant {gid} of {sub} (client {client_id}) erased by token-revoked "
-                                                  f"({named['alg']}) whose aud is {audience} only (SPEC §3)")
+                                                  f"({named['alg']}) whose aud is {audience} only")
         elif named:
             if not erased:
                 violate("grants", f"grant {gid} of {sub}: not erased after token-revoked ({named['alg']}) "

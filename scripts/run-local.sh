@@ -81,7 +81,7 @@ export RISC_SERVICE_TOKEN RISC_VAULT_KEY RISC_ADMIN_TOKEN
 export GOOGLE_CLIENT_SECRET_FILES="$state/client_secret.json"
 export GOOGLE_SERVICE_ACCOUNT_FILE="$state/service-account.json"
 export RISC_MANAGEMENT_URL="http://127.0.0.1:$TRANSMITTER_PORT/v1beta"
-# The delivery probe (SPEC §9): every 30 s, a verification SET through the transmitter's fake management API.
+# The delivery probe: every 30 s, a verification SET through the transmitter's fake management API.
 export RISC_VERIFY_INTERVAL=30 RISC_DELIVERY_URL="http://127.0.0.1:$RISC_PORT/risc/events"
 # Everything the server reads, for the other commands in another terminal (admin, stream, config check,
 # vault rotate): set -a; . .local/env; set +a

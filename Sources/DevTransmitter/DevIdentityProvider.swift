@@ -28,7 +28,7 @@ public struct IDTokenRequest: Codable, Sendable {
     }
 }
 
-/// Google's OAuth half, in miniature (SPEC §8): authorization codes with PKCE, a token endpoint that issues and
+/// Google's OAuth half, in miniature: authorization codes with PKCE, a token endpoint that issues and
 /// refreshes tokens and refuses revoked ones, and a revocation endpoint. State lives in memory.
 final class DevOAuthState: Sendable {
     struct PendingCode {

@@ -6,7 +6,7 @@ import RISC
 import RISCKeys
 import Synchronization
 
-/// A fake of Google's RISC management API (SPEC §6, `stream` commands), backed by a service account whose key
+/// A fake of Google's RISC management API (the `stream` commands), backed by a service account whose key
 /// file this transmitter writes. `stream:verify` really pushes a verification SET, after answering, as Google does;
 /// a disabled stream sends nothing. Tests break delivery through it (`stream:update` elsewhere, a disabled status).
 final class DevManagementAPI: Sendable {

@@ -7,7 +7,7 @@ import RISC
 import RISCKeys
 import Synchronization
 
-/// A local stand-in for Google (SPEC §8): RISC discovery document, OpenID configuration, JWKS with rotation,
+/// A local stand-in for Google: RISC discovery document, OpenID configuration, JWKS with rotation,
 /// token and revocation endpoints, and signing and pushing SETs and ID tokens on command. It listens on loopback only.
 public final class DevTransmitter: Sendable {
     public struct Settings: Sendable {

@@ -43,7 +43,7 @@ enum SETFactory {
             "jti": .string(request.jti ?? UUID().uuidString.lowercased()),
         ]
         // Users are Google sign-in accounts: their subjects are issued by Google's sign-in, not by the RISC
-        // transmitter (SPEC §2), whatever this transmitter's own issuer is.
+        // transmitter, whatever this transmitter's own issuer is.
         let subjectIssuer = request.subjectIssuer ?? SETFactory.googleSignInIssuer
         let userSubject: JSONValue? = request.sub.map { sub in
             var subject: [String: JSONValue] = [

@@ -1,4 +1,4 @@
-/// What an event does to the accounts this service owns (SPEC §3). Decided here, without I/O;
+/// What an event does to the accounts this service owns. Decided here, without I/O;
 /// the worker carries the actions out in the database.
 public enum AccountAction: Sendable, Equatable {
     /// Revoke every session of the user created at or before the SET was received.

@@ -1,4 +1,4 @@
-/// The kinds of action recorded against an event (SPEC §3): what `AccountAction` decides, and what
+/// The kinds of action recorded against an event: what `AccountAction` decides, and what
 /// `risc_apply_actions` records. The raw values are stored in `risc_event_actions.kind` and picked by the
 /// plpgsql `CASE`; a test holds the database to this list.
 public enum ActionKind: String, Sendable, CaseIterable {
@@ -22,7 +22,7 @@ public enum ActionKind: String, Sendable, CaseIterable {
     public static let revokingSessions: [ActionKind] = [.revokeSessions]
     public static let deletingGrants: [ActionKind] = [.deleteGrants, .deleteGrantByPrefix, .deleteGrantByHash]
 
-    /// The kinds the app's other services are notified of (SPEC §10): every action on a user's sessions, grants or
+    /// The kinds the app's other services are notified of: every action on a user's sessions, grants or
     /// account. Not a verification, an event with nothing to do, or the ambiguity note beside a token deletion
     /// (the deletion itself is notified). The trigger that writes notifications holds the same list (a test checks).
     public static let notified: [ActionKind] = [

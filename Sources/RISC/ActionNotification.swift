@@ -1,6 +1,6 @@
 import Foundation
 
-/// What a subscriber is told of one action (SPEC §10): the body of a Standard Webhooks delivery. Built from the
+/// What a subscriber is told of one action: the body of a Standard Webhooks delivery. Built from the
 /// stored notification on every attempt; the same row gives the same bytes (keys are serialized sorted).
 /// Never a token, a secret or the SET: only the action, the user, the count and which event caused it.
 public struct ActionNotification: Sendable, Equatable {
@@ -35,7 +35,7 @@ public struct ActionNotification: Sendable, Equatable {
     }
 }
 
-/// Where a notification stands (SPEC §10): waiting for a (next) attempt, delivered (a 2xx), or dead after the
+/// Where a notification stands: waiting for a (next) attempt, delivered (a 2xx), or dead after the
 /// last attempt, kept until replayed.
 public enum NotificationStatus: String, Sendable, CaseIterable {
     case pending

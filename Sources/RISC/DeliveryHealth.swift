@@ -1,6 +1,6 @@
 import Foundation
 
-/// Whether Google's deliveries reach us (SPEC §9), judged from what the probes recorded. No I/O: the prober
+/// Whether Google's deliveries reach us, judged from what the probes recorded. No I/O: the prober
 /// and `stream health` read the facts, this decides.
 public struct DeliveryHealth: Sendable, Equatable {
     /// What the probes recorded.
@@ -63,7 +63,7 @@ public struct DeliveryHealth: Sendable, Equatable {
 
     static func seconds(_ value: Double) -> String { value == value.rounded() ? String(Int(value)) : String(value) }
 
-    /// What `stream health --json` prints (SPEC §9).
+    /// What `stream health --json` prints.
     public var jsonValue: JSONValue {
         [
             "healthy": .bool(healthy), "last_verified_at": facts.lastVerifiedAt.map(JSONValue.timestamp) ?? .null,

@@ -1,4 +1,4 @@
-/// Where a stored event is in its life (SPEC §4). The raw values are what the database's CHECK constraint,
+/// Where a stored event is in its life. The raw values are what the database's CHECK constraint,
 /// the plpgsql functions, the admin API and its OpenAPI document say; a test holds them all to this list.
 ///
 /// ```

@@ -32,7 +32,7 @@ public enum EventType: String, Sendable, CaseIterable, Codable {
         }
     }
 
-    /// The types Google's RISC stream can be asked to deliver (SPEC §3 plus verification).
+    /// The types Google's RISC stream can be asked to deliver (every type acted on, plus verification).
     public static let googleRISCTypes: [EventType] = [
         .sessionsRevoked, .tokensRevoked, .tokenRevoked, .accountDisabled, .accountEnabled,
         .accountCredentialChangeRequired, .verification,

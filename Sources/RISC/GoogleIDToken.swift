@@ -1,6 +1,6 @@
 import Foundation
 
-/// What a Google ID token must satisfy besides its signature (SPEC §5, REFERENCE "Google ID tokens").
+/// What a Google ID token must satisfy besides its signature.
 public struct IDTokenPolicy: Sendable {
     /// The app's OAuth client IDs; `aud` must be one of them.
     public var audiences: Set<String>

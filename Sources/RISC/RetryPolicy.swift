@@ -1,4 +1,4 @@
-/// When a failed event is tried again (SPEC §4): exponential backoff with jitter, then dead-lettered.
+/// When a failed event is tried again: exponential backoff with jitter, then dead-lettered.
 public struct RetryPolicy: Sendable, Equatable {
     public var maxAttempts: Int
     public var baseDelay: Double

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// Standard Webhooks (standardwebhooks.com), as SPEC §10 uses it: a `whsec_` secret, and the `webhook-id`,
+/// Standard Webhooks (standardwebhooks.com), as notifications use it: a `whsec_` secret, and the `webhook-id`,
 /// `webhook-timestamp` and `webhook-signature` headers, so an app can check a delivery with an existing library.
 public enum StandardWebhook {
     public static let secretPrefix = "whsec_"

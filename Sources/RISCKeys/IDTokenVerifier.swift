@@ -2,7 +2,7 @@ import Foundation
 import JWTKit
 import RISC
 
-/// Verifies a Google ID token (SPEC §5): claims (pure core), then key and signature against the OpenID
+/// Verifies a Google ID token: claims (pure core), then key and signature against the OpenID
 /// provider's JWKS, with the same caching and unknown-kid rules as SETs, then the issuer.
 public struct IDTokenVerifier: Sendable {
     public enum Failure: Error, Sendable {

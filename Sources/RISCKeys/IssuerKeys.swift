@@ -223,7 +223,7 @@ public actor IssuerKeys {
             let newKeys = try await KeySet.build(jwksJSON: jwksDocument.body, allowedAlgorithms: settings.allowedAlgorithms)
             // A key set with nothing usable in it never replaces one that works.
             guard !newKeys.isEmpty else { throw NoUsableKey() }
-            // The JWKS response's max-age governs (SPEC §2), within bounds; the discovery document is re-read with it.
+            // The JWKS response's max-age governs, within bounds; the discovery document is re-read with it.
             let asked = jwksDocument.maxAge ?? settings.defaultMaxAge
             let maxAge = min(max(asked, settings.maxAgeRange.lowerBound), settings.maxAgeRange.upperBound)
             // Swap in a whole new key set: removing keys from a live jwt-kit collection is unreliable.

@@ -56,7 +56,7 @@ public enum ServiceMetrics {
         }
     }
 
-    /// Notification delivery attempts to subscribers (SPEC §10): `delivered`, `retried` or `dead`.
+    /// Notification delivery attempts to subscribers: `delivered`, `retried` or `dead`.
     public static func notificationsDelivered(_ count: Int, outcome: String) {
         Counter(label: "risc_notifications_total", dimensions: [("outcome", outcome)]).increment(by: count)
     }
@@ -66,7 +66,7 @@ public enum ServiceMetrics {
         Timer(label: "risc_notification_delivery_duration_seconds", preferredDisplayUnit: .seconds).recordNanoseconds(duration.nanoseconds)
     }
 
-    /// Delivery health (SPEC §9), as the probes recorded it.
+    /// Delivery health, as the probes recorded it.
     public static func deliveryHealth(healthy: Bool, lastVerified: Date?, roundTripSeconds: Double?, streamEnabled: Bool?) {
         Gauge(label: "risc_delivery_healthy").record(healthy ? 1 : 0)
         if let lastVerified { Gauge(label: "risc_delivery_last_verified_timestamp_seconds").record(lastVerified.timeIntervalSince1970) }

@@ -1,8 +1,8 @@
 import Hummingbird
 import RISC
 
-/// A refusal with the `{"error": CODE, "description": ...}` body of the session, vault and admin APIs
-/// (SPEC §5, §6). Handlers throw it; the router renders it. The receiver's RFC 8935 bodies are not this.
+/// A refusal with the `{"error": CODE, "description": ...}` body of the session, vault and admin APIs.
+/// Handlers throw it; the router renders it. The receiver's RFC 8935 bodies are not this.
 public struct APIError: HTTPResponseError, Sendable, CustomStringConvertible {
     public let status: HTTPResponse.Status
     public let code: String

@@ -7,7 +7,7 @@ import RISC
 import RISCStore
 import RISCWorker
 
-/// The admin API under `/admin/v1` (SPEC §6), for scripts. Every route needs
+/// The admin API under `/admin/v1`, for scripts. Every route needs
 /// `Authorization: Bearer $RISC_ADMIN_TOKEN` (checked by the group's middleware); without that setting the
 /// routes do not exist.
 public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Sendable {

@@ -5,9 +5,9 @@ import NIOCore
 
 /// Which configured bearer secret a request presented; set by `BearerTokenAuthenticator`.
 public enum BearerIdentity: String, Sendable, Equatable {
-    /// RISC_ADMIN_TOKEN: the admin API (SPEC §6).
+    /// RISC_ADMIN_TOKEN: the admin API.
     case admin
-    /// RISC_SERVICE_TOKEN: the vault, called by the app's own backend (SPEC §5).
+    /// RISC_SERVICE_TOKEN: the vault, called by the app's own backend.
     case service
 }
 
@@ -21,7 +21,7 @@ public struct AppRequestContext: AuthRequestContext, RequestContext {
         self.identity = nil
     }
 
-    /// JSON request bodies are small (SPEC §5); Hummingbird's default is 2 MiB.
+    /// JSON request bodies are small; Hummingbird's default is 2 MiB.
     public var maxUploadSize: Int { 64 * 1024 }
     public var requestDecoder: APIRequestDecoder { APIRequestDecoder() }
 }

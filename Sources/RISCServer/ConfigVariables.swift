@@ -6,7 +6,7 @@ import RISCKeys
 import RISCStore
 import RISCWorker
 
-/// Every configuration variable (SPEC §7), each described once. `ServiceConfiguration` reads the ones `serve` uses,
+/// Every configuration variable, each described once. `ServiceConfiguration` reads the ones `serve` uses,
 /// the other commands read theirs directly (`ConfigVariables.databaseURL.value(from: reader)`), and the README's
 /// table is `markdownTable`.
 public enum ConfigVariables {

@@ -9,7 +9,7 @@ import RISCMetrics
 import RISCStore
 import ServiceLifecycle
 
-/// `/healthz`, `/readyz` and `/metrics` (SPEC §7).
+/// `/healthz`, `/readyz` and `/metrics`.
 public struct OperationsController<Context: RequestContext>: Sendable {
     static var logger: Logger { Logger(label: "risc-receiver.readiness") }
     let postgres: PostgresClient

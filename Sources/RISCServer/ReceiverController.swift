@@ -9,7 +9,7 @@ import RISCStore
 
 /// `POST /risc/events`: RFC 8935 push delivery. Verifies the SET, commits it, and only then answers 202.
 public struct ReceiverController<Context: RequestContext>: Sendable {
-    /// SETs are small; anything larger is refused before it is parsed (SPEC §2).
+    /// SETs are small; anything larger is refused before it is parsed.
     public static var maxBodySize: Int { 64 * 1024 }
 
     let verifier: SETVerifier
@@ -43,7 +43,7 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
         } catch {
             return (Response(status: .contentTooLarge), "unparsed", "too_large")
         }
-        // Any Content-Type is accepted (SPEC §2); surrounding whitespace from hand-made requests is forgiven.
+        // Any Content-Type is accepted; surrounding whitespace from hand-made requests is forgiven.
         let compact = Self.trimmedASCII(body)
 
         let token: SecurityEventToken

@@ -4,7 +4,7 @@ import Logging
 import RISCKeys
 import RISCStore
 
-/// Everything `serve` reads from its configuration (SPEC §7), validated once at start-up. Each property is filled
+/// Everything `serve` reads from its configuration, validated once at start-up. Each property is filled
 /// from its `ConfigVariables` entry through `settings`, which also gives `config check` its lines.
 public struct ServiceConfiguration: Sendable {
     /// A missing or malformed value: one line that names the variable.

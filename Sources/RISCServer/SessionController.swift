@@ -6,7 +6,7 @@ import RISCKeys
 import RISCMetrics
 import RISCStore
 
-/// Sign-in with a Google ID token, and the session checks the app makes on every call (SPEC §5).
+/// Sign-in with a Google ID token, and the session checks the app makes on every call.
 public struct SessionController<Context: RequestContext>: Sendable {
     let verifier: IDTokenVerifier
     let sessions: SessionStore

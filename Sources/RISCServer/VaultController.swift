@@ -6,7 +6,7 @@ import RISC
 import RISCKeys
 import RISCStore
 
-/// The refresh-token vault, for the app's own backend (SPEC §5). Every route needs
+/// The refresh-token vault, for the app's own backend. Every route needs
 /// `Authorization: Bearer $RISC_SERVICE_TOKEN` (checked by the group's middleware); without that setting the
 /// routes do not exist. Bodies are decoded by the context's decoder, which refuses with `APIError` bodies.
 public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Sendable {

@@ -25,7 +25,7 @@ public struct UserView: Sendable, Equatable {
     }
 }
 
-/// The account flags a session check reports (SPEC §3, §5).
+/// The account flags a session check reports.
 public struct AccountFlags: Sendable, Equatable {
     public var signInDisabled = false
     public var reviewRequired = false
@@ -40,7 +40,7 @@ public struct AccountFlags: Sendable, Equatable {
     }
 }
 
-/// Sessions created from verified Google ID tokens (SPEC §5). Only a SHA-256 of each token is stored.
+/// Sessions created from verified Google ID tokens. Only a SHA-256 of each token is stored.
 public struct SessionStore: Sendable {
     public enum SignInOutcome: Sendable {
         case signedIn(token: String, expiresAt: Date, user: UserView)

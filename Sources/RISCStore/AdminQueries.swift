@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import RISC
 
-/// The one query layer behind the admin HTTP API and the admin CLI (SPEC §6): both print the same JSON objects.
+/// The one query layer behind the admin HTTP API and the admin CLI: both print the same JSON objects.
 public struct AdminQueries: Sendable {
     /// A request parameter that cannot be used, named so the caller can say which.
     public struct InvalidParameter: Error, Sendable, CustomStringConvertible {

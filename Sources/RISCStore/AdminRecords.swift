@@ -1,7 +1,7 @@
 import Foundation
 import RISC
 
-// What the admin API answers and `--json` prints (SPEC §6), as named values. Each has one JSON form,
+// What the admin API answers and `--json` prints, as named values. Each has one JSON form,
 // `jsonValue`, which the HTTP edge and the CLI serialize; the CLI's tables read the fields.
 
 extension Optional {

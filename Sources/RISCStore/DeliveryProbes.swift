@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import RISC
 
-/// The probes' records (SPEC §9, migration 0010): what the prober writes, and the facts `stream health` and the
+/// The probes' records (migration 0010): what the prober writes, and the facts `stream health` and the
 /// metrics read back.
 public struct DeliveryProbes: Sendable {
     let logger: Logger

@@ -20,7 +20,7 @@ public struct InboundEvent: Sendable {
     public var issuedAt: Date
     /// `pending`, or `ignored` when no event is of a known type (stored, never worked on).
     public var status: EventStatus
-    /// What the SET does (SPEC §3), each action with its event's position in the SET; applied on receipt
+    /// What the SET does, each action with its event's position in the SET; applied on receipt
     /// when the inbox is set to (`EventInbox.Settings.applyOnReceipt`), else by a worker from the stored row.
     public var actions: [(position: Int, action: AccountAction)]
 

@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import RISC
 
-/// The refresh-token vault (SPEC §5): tokens encrypted at rest, indexed by the two identifiers Google's
+/// The refresh-token vault: tokens encrypted at rest, indexed by the two identifiers Google's
 /// token-revoked events use.
 public struct GrantStore: Sendable {
     public struct Grant: Sendable {

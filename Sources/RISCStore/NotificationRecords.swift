@@ -1,7 +1,7 @@
 import Foundation
 import RISC
 
-// What the admin API answers and `--json` prints of subscribers and notifications (SPEC §10). Never a secret:
+// What the admin API answers and `--json` prints of subscribers and notifications. Never a secret:
 // a subscriber's secret is shown once, when it is added.
 
 /// One subscriber, with how many of its notifications wait and how many are dead.

@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import RISC
 
-/// The notification outbox (SPEC §10): subscribers, their notifications, and the dispatchers' claims on them.
+/// The notification outbox: subscribers, their notifications, and the dispatchers' claims on them.
 /// Rows are written by the database itself, in the transaction that records each action (migration 0009);
 /// this is everything else: the admin API's and CLI's reads and replays, and the dispatchers' side.
 public struct NotificationStore: Sendable {

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// Encrypts refresh tokens at rest with AES-GCM (SPEC §5). The grant's id is authenticated data, so a
+/// Encrypts refresh tokens at rest with AES-GCM. The grant's id is authenticated data, so a
 /// ciphertext copied onto another grant's row does not decrypt. Old keys stay readable for rotation.
 public struct VaultCipher: Sendable {
     public struct Failure: Error, Sendable, CustomStringConvertible {

@@ -7,7 +7,7 @@ import RISCMetrics
 import RISCStore
 import ServiceLifecycle
 
-/// Checks, every interval, that Google's deliveries reach this service end to end (SPEC §9): reads the stream
+/// Checks, every interval, that Google's deliveries reach this service end to end: reads the stream
 /// and its status from the management API, asks for a verification SET with a fresh `state`, and waits for it
 /// to arrive through `POST /risc/events` (a trigger records the arrival) or the interval to pass.
 /// Exactly one instance probes: the one holding a session advisory lock. Each instance asks for it on a

@@ -4,7 +4,7 @@ import PostgresNIO
 import RISC
 import RISCStore
 
-/// The worker's side of `risc_events` (SPEC §4), and every status change after ingest (`EventStatus`).
+/// The worker's side of `risc_events`, and every status change after ingest (`EventStatus`).
 /// One batch, top to bottom, in one transaction:
 /// 1. `claim`: waiting events (`pending`, or `retry` once due) with `FOR UPDATE SKIP LOCKED`;
 /// 2. `AccountAction.actions(for:audience:)` (module RISC) decides each event's actions, without I/O;

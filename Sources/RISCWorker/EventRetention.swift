@@ -4,8 +4,8 @@ import RISC
 import RISCMetrics
 import RISCStore
 
-/// Deletes `done` and `ignored` events received more than the retention ago, with their actions (SPEC §7,
-/// RISC_EVENT_RETENTION_DAYS), and delivered notifications written more than the retention ago (pending and dead
+/// Deletes `done` and `ignored` events received more than the retention ago, with their actions
+/// (RISC_EVENT_RETENTION_DAYS), and delivered notifications written more than the retention ago (pending and dead
 /// ones stay, to be delivered or replayed). Small batches, each its own short transaction with a pause after it, so ingest
 /// never waits on a long delete; the rows are old, so nothing new is ever locked. Of many workers, one
 /// deletes at a time (a transaction-level advisory lock); the others skip that round.

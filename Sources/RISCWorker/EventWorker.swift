@@ -6,7 +6,7 @@ import RISCStore
 import ServiceLifecycle
 import Synchronization
 
-/// Works through stored events (SPEC §4). Woken at once by the inbox's `NOTIFY risc_events`, and by a
+/// Works through stored events. Woken at once by the inbox's `NOTIFY risc_events`, and by a
 /// periodic poll as a fallback (a lost notification, a retry coming due). Several loops claim disjoint
 /// batches; any number of worker processes may run beside this one. On graceful shutdown each loop
 /// finishes the batch it holds and stops.

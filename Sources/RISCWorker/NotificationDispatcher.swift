@@ -9,7 +9,7 @@ import RISCStore
 import ServiceLifecycle
 import Synchronization
 
-/// Delivers the notification outbox to subscribers (SPEC §10): Standard Webhooks `POST`s, at least once.
+/// Delivers the notification outbox to subscribers: Standard Webhooks `POST`s, at least once.
 /// Woken by `NOTIFY risc_notifications` when actions commit, and by a poll (retries coming due, a lost
 /// notification). Keeps up to `concurrency` deliveries in flight; any number of dispatchers may run, in this
 /// process or others, as each takes only what no other holds. On graceful shutdown it takes nothing new and lets
@@ -22,7 +22,7 @@ public final class NotificationDispatcher: Service, Sendable {
         /// After the last attempt a notification is dead (RISC_NOTIFY_MAX_ATTEMPTS), and the delay between
         /// attempts doubles from `backoffBase` seconds (RISC_NOTIFY_BACKOFF_BASE), with jitter, up to an hour.
         public var retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 1, maxDelay: 3600)
-        /// No answer by then is a failed attempt (SPEC §10: 10 s).
+        /// No answer by then is a failed attempt (10 s).
         public var timeout: Duration = .seconds(10)
         public var concurrency = 16
         public var pollInterval: Duration = .seconds(1)

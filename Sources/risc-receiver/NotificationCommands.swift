@@ -4,7 +4,7 @@ import RISC
 import RISCServer
 import RISCStore
 
-/// Subscribers: the app's services told of every action (SPEC §10).
+/// Subscribers: the app's services told of every action.
 struct Subscribers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "The app's services notified of actions (Standard Webhooks): add, list, remove.",
@@ -78,7 +78,7 @@ struct SubscribersRemove: AsyncParsableCommand {
     }
 }
 
-/// Notifications and their delivery (SPEC §10).
+/// Notifications and their delivery.
 struct Notifications: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Notifications to subscribers: list, show, replay.", subcommands: [NotificationsList.self, NotificationsShow.self, NotificationsReplay.self])

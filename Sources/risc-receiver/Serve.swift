@@ -53,7 +53,7 @@ struct Serve: AsyncParsableCommand {
             configuration: configuration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings)
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
-        // The worker's jobs: applying waiting events, and delivering the notifications of actions (SPEC §10).
+        // The worker's jobs: applying waiting events, and delivering the notifications of actions.
         var background: [any Service] =
             noWorker
             ? []
@@ -61,7 +61,7 @@ struct Serve: AsyncParsableCommand {
                 dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")),
                 dependencies.makeDispatcher(logger: Logger(label: "risc-receiver.notifications")),
             ]
-        // Delivery health (SPEC §9): in every serve process, worker or not; one of them probes at a time.
+        // Delivery health: in every serve process, worker or not; one of them probes at a time.
         if let management, let deliveryURL = configuration.deliveryURL {
             background.append(
                 DeliveryProber(

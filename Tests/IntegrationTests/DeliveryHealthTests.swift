@@ -29,7 +29,7 @@ func proberProcess(_ harness: Harness, interval: Duration, deliveryURL: String) 
 }
 
 // Serialized: the tests' probers share the process's metrics.
-@Suite("Delivery health (SPEC §9)", .serialized, .timeLimit(.minutes(3)))
+@Suite("Delivery health", .serialized, .timeLimit(.minutes(3)))
 struct DeliveryHealthTests {
     /// Long enough that a probe's round trip fits in it with the whole suite running on a small CI machine (at 1.5 s
     /// a probe could time out there); "unhealthy" then takes 2 intervals.

@@ -5,7 +5,7 @@ import RISC
 import RISCWorker
 import Testing
 
-/// One end-to-end test per row of SPEC §3: real sessions and grants, a SET through the transmitter's delivery
+/// One end-to-end test per event-action rule: real sessions and grants, a SET through the transmitter's delivery
 /// path, the worker, and the visible result. Each runs both ways an event is applied: on receipt, in the
 /// transaction that stores it (`serve`), and by a worker from the stored row (`serve --no-worker` + `worker`).
 @Suite("What each event does, end to end")

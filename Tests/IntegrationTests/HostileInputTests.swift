@@ -11,7 +11,7 @@ import ServiceLifecycle
 import Testing
 
 /// A corpus of forged and malformed inputs to `POST /risc/events` and `POST /tokensignin`, one test per class.
-/// Every case checks the exact answer SPEC §2/§5 prescribes and that nothing was written; every class starts with
+/// Every case checks the exact documented answer and that nothing was written; every class starts with
 /// a well-formed control (so the "nothing stored" checks are shown able to see a row) and ends with `/healthz`.
 @Suite("Hostile input: forged and malformed SETs and ID tokens", .timeLimit(.minutes(3)))
 struct HostileInputTests {

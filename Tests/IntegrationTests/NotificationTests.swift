@@ -132,7 +132,7 @@ func withDispatchers<T: Sendable>(
 }
 
 extension NotificationDispatcher.Settings {
-    /// Quick retries for tests: 50 ms doubling, 4 attempts. The timeout stays SPEC §10's 10 s: an answer slowed by
+    /// Quick retries for tests: 50 ms doubling, 4 attempts. The timeout stays the service's 10 s: an answer slowed by
     /// a loaded machine must not count as a failure and be sent again, where a test counts deliveries.
     static var fast: Self {
         var settings = Self()
@@ -175,7 +175,7 @@ extension Harness {
     }
 }
 
-@Suite("Notifications to the app's services (SPEC §10)", .timeLimit(.minutes(3)))
+@Suite("Notifications to the app's services", .timeLimit(.minutes(3)))
 struct NotificationTests {
     static var options: Harness.Options {
         var options = Harness.Options()
@@ -184,7 +184,7 @@ struct NotificationTests {
     }
 
     @Test(
-        "Every action is delivered exactly once per matching subscriber, signed, with the body SPEC §10 names; nothing else is",
+        "Every action is delivered exactly once per matching subscriber, signed, with the documented body; nothing else is",
         arguments: [true, false])
     func exactlyOncePerAction(applyOnReceipt: Bool) async throws {
         var options = Self.options

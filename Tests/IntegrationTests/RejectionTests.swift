@@ -41,7 +41,7 @@ struct RejectionTests {
             // A kid the transmitter never published.
             try await expectRejected(harness, try await impostor.sign(claims: harness.claims()), .invalidKey)
             // alg none, and HMAC keyed with the public key (the classic confusion attack).
-            // An unsecured JWS has an empty signature segment; its alg decides the answer (SPEC §2: none is invalid_key).
+            // An unsecured JWS has an empty signature segment; its alg decides the answer (none is invalid_key).
             try await expectRejected(harness, unsigned(header: ["alg": "none", "kid": .string(kid)], claims: harness.claims(), signature: ""), .invalidKey)
             try await expectRejected(harness, unsigned(header: ["alg": "RS256", "kid": .string(kid)], claims: harness.claims(), signature: ""), .invalidKey)
             try await expectRejected(harness, unsigned(header: ["alg": "none", "kid": .string(kid)], claims: harness.claims()), .invalidKey)

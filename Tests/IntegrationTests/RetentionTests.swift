@@ -7,7 +7,7 @@ import RISCStore
 import RISCWorker
 import Testing
 
-/// RISC_EVENT_RETENTION_DAYS (SPEC §7): old finished events go, with their actions; nothing else does.
+/// RISC_EVENT_RETENTION_DAYS: old finished events go, with their actions; nothing else does.
 @Suite("Event retention")
 struct RetentionTests {
     @Test("Old done and ignored events go with their actions, in batches; waiting, dead and recent ones stay; views still work; a recent SET is still a duplicate")

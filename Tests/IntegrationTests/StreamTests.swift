@@ -66,7 +66,7 @@ struct StreamTests {
             #expect(verify.status == 0, "\(verify.output)")
             #expect(verify.output.contains("received and stored after"))
             #expect(try await verificationsStored(state: state, in: harness) == 1)
-            // SPEC §6 writes a bare --wait: it waits with the default timeout.
+            // The CLI takes a bare --wait: it waits with the default timeout.
             let bare = try await stream(["verify", "--wait"])
             #expect(bare.status == 0, "\(bare.output)")
             #expect(bare.output.contains("received and stored after"))

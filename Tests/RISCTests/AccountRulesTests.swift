@@ -2,7 +2,7 @@ import Foundation
 import RISC
 import Testing
 
-@Suite("Event rules: what each event does (SPEC §3), decided without I/O")
+@Suite("Event rules: what each event does, decided without I/O")
 struct AccountRulesTests {
     let subject = Subject.issuerAndSubject(iss: "https://accounts.google.com/", sub: "42")
 

@@ -2,7 +2,7 @@ import Foundation
 import RISC
 import Testing
 
-@Suite("Delivery health rules (SPEC §9), decided without I/O")
+@Suite("Delivery health rules, decided without I/O")
 struct DeliveryHealthRulesTests {
     static let url = "https://receiver.example.com/risc/events"
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
@@ -24,7 +24,7 @@ struct DeliveryHealthRulesTests {
         return DeliveryHealth(facts: facts, now: now, interval: interval, deliveryURL: url)
     }
 
-    @Test("All well: healthy, no problems, and the JSON SPEC §9 names")
+    @Test("All well: healthy, no problems, and the documented JSON")
     func healthy() {
         let health = Self.health()
         #expect(health.healthy && health.problems.isEmpty && health.deliveryURLMatches == true)

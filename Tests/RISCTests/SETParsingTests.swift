@@ -2,7 +2,7 @@ import Foundation
 import RISC
 import Testing
 
-@Suite("SET rejection rules (SPEC §2)")
+@Suite("SET rejection rules")
 struct SETRejectionTests {
     typealias T = TestTokens
 
