@@ -10,7 +10,7 @@ seconds=${3:-10}
 connections=64
 threads=2
 
-. scripts/bench-lib.sh
+. scripts/lib/bench.sh
 now() { python3 -c 'import time; print(time.perf_counter())'; }
 start_serve
 

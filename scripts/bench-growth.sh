@@ -12,7 +12,7 @@ connections=${2:-64}
 seconds=${3:-10}
 tokens_per_run=${RISC_BENCH_TOKENS_PER_RUN:-150000}
 
-. scripts/bench-lib.sh
+. scripts/lib/bench.sh
 fresh_database risc_growth
 
 # run LABEL FIRST_USER: one saturation run with fresh SETs; sets rate_LABEL and checks stored rows against 202s.

@@ -23,7 +23,7 @@ threads=2
 # Enough unique SETs for a run at up to this rate; a run that needs more reports token reuse.
 max_rate=${RISC_BENCH_MAX_RATE:-16000}
 
-. scripts/bench-lib.sh
+. scripts/lib/bench.sh
 # Samples the backlog every 0.5 s into FILE until stopped (each sample is a psql backend of its own).
 sample_backlog() { while true; do waiting >>"$1" 2>/dev/null || true; sleep 0.5; done; }
 # saturate LABEL TOKENS PIDS...: one saturation run; sets result, stored_rows, server_cpu_us, pg_cpu_us,

@@ -7,7 +7,7 @@
 # Runs on free ports with a scratch state directory, so a developer's own .local is untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/pg.sh
+. scripts/lib/pg.sh
 
 scratch=$(mktemp -d /tmp/risc-run-local.XXXXXX)
 chmod 755 "$scratch"
@@ -56,7 +56,7 @@ expect_refusal second-run "already running locally"
 RISC_LOCAL_DIR=$scratch/other PG_PORT=$(pg_free_port) expect_refusal busy-port "port $RISC_PORT (RISC_PORT) is already in use"
 
 export SINK_PORT=$(pg_free_port)
-python3 scripts/check_walkthrough.py "$scratch/first.log" || fail "the walkthrough does not show what it says"
+python3 scripts/lib/check_walkthrough.py "$scratch/first.log" || fail "the walkthrough does not show what it says"
 
 # expect_stopped_by SIGNAL: that signal, sent to run-local.sh alone (as a service manager or a closing terminal
 # would), stops the server, the transmitter and PostgreSQL, and frees their ports, within 30 s.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault-injection suite: a throwaway PostgreSQL cluster, the development transmitter, `serve --no-worker` and two
 # `worker` processes; a few hundred users with sessions and vault grants; then a transmitter simulator
-# (scripts/fault_sim.py) delivers >= 10,000 SETs of every event type, with duplicates and out-of-order iat,
+# (scripts/lib/fault_sim.py) delivers >= 10,000 SETs of every event type, with duplicates and out-of-order iat,
 # retrying like Google, while this script kills the server (-9), kills a worker (-9), restarts PostgreSQL
 # (immediate), takes the transmitter's discovery/JWKS down during a key rotation, and stops the server with
 # SIGTERM. At the end it checks the database against what was acknowledged and prints a summary; it exits 1 on
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-. scripts/pg.sh
+. scripts/lib/pg.sh
 
 run_started=$EPOCHREALTIME
 bin=${RISC_BIN:-$(swift build --show-bin-path)/risc-receiver}
@@ -128,12 +128,12 @@ start_worker 1
 start_worker 2
 log "cluster :$pg_port, transmitter :$tx_port, serve :$rx_port (pid $serve_pid), workers $worker1_pid $worker2_pid"
 
-python3 scripts/fault_sim.py setup --rx "$rx" --tx "$tx" --service-token "$RISC_SERVICE_TOKEN" --audience "$audience" \
+python3 scripts/lib/fault_sim.py setup --rx "$rx" --tx "$tx" --service-token "$RISC_SERVICE_TOKEN" --audience "$audience" \
   --users "$users" --seed "$seed" --out "$work/state.json"
 log "users set up"
 
 marker="$work/faults-done"
-python3 scripts/fault_sim.py send --rx "$rx" --tx "$tx" --state "$work/state.json" --results "$work/results.jsonl" \
+python3 scripts/lib/fault_sim.py send --rx "$rx" --tx "$tx" --state "$work/state.json" --results "$work/results.jsonl" \
   --count "$sets" --duration "$duration" --threads "$threads" --seed "$seed" --marker "$marker" &
 sim_pid=$!
 send_started=$(date +%s)
@@ -222,7 +222,7 @@ sim_pid=""
 [ "$code" = 0 ] || { echo "the simulator failed (exit $code)" >&2; exit 1; }
 mark "simulator done"
 
-python3 scripts/fault_sim.py drain --psql "$psql_bin" --database-url "$DATABASE_URL" --timeout 90
+python3 scripts/lib/fault_sim.py drain --psql "$psql_bin" --database-url "$DATABASE_URL" --timeout 90
 check_all
 # The workers drained: stop them and the server gracefully, all at once; each must exit 0 (a worker that needs
 # longer than RISC_SHUTDOWN_TIMEOUT plus ServiceLifecycle's 5 s of cancellation traps, exit 132).
@@ -238,7 +238,7 @@ for name in worker1 worker2 serve; do
 done
 
 status=0
-python3 scripts/fault_sim.py check --psql "$psql_bin" --database-url "$DATABASE_URL" --state "$work/state.json" \
+python3 scripts/lib/fault_sim.py check --psql "$psql_bin" --database-url "$DATABASE_URL" --state "$work/state.json" \
   --results "$work/results.jsonl" --timeline "$work/timeline" --exits "$work/exits" --run-started "$run_started" ||
   status=$?
 suite_status=$status

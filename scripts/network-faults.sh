@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Network faults between the service and PostgreSQL: a loopback TCP proxy (scripts/fault_proxy.py) sits between
+# Network faults between the service and PostgreSQL: a loopback TCP proxy (scripts/lib/fault_proxy.py) sits between
 # the default `serve` (worker in-process, RISC_DATABASE_TIMEOUT 5 s) and a primary with a synchronous standby.
-# Under a steady load of SETs, sign-ins, session checks and admin reads (scripts/network_faults.py), it injects
+# Under a steady load of SETs, sign-ins, session checks and admin reads (scripts/lib/network_faults.py), it injects
 # in turn:
 #   blackhole  20 s: no byte forwarded, no connection closed;
 #   reset      10 s: every connection reset, new ones reset at once;
@@ -17,7 +17,7 @@
 #   RISC_BIN=/path/to/risc-receiver scripts/network-faults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/pg.sh
+. scripts/lib/pg.sh
 
 bin=${RISC_BIN:-$(swift build --show-bin-path)/risc-receiver}
 [ -x "$bin" ] || { echo "network-faults: no executable at $bin (set RISC_BIN)" >&2; exit 2; }
@@ -57,7 +57,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-python3 scripts/fault_proxy.py --listen 0 --target "$primary_port" --control 0 >"$work/proxy.out" 2>"$work/proxy.log" &
+python3 scripts/lib/fault_proxy.py --listen 0 --target "$primary_port" --control 0 >"$work/proxy.out" 2>"$work/proxy.log" &
 proxy_pid=$!
 for _ in $(seq 100); do grep -q control= "$work/proxy.out" 2>/dev/null && break; sleep 0.1; done
 proxy_port=$(sed -n 's/.*listen=\([0-9]*\).*/\1/p' "$work/proxy.out")
@@ -78,7 +78,7 @@ for _ in $(seq 200); do
 done
 
 set +e
-python3 scripts/network_faults.py --receiver "http://127.0.0.1:$rx_port" --transmitter "http://127.0.0.1:$tx_port" \
+python3 scripts/lib/network_faults.py --receiver "http://127.0.0.1:$rx_port" --transmitter "http://127.0.0.1:$tx_port" \
   --control-port "$control_port" --admin-token "$RISC_ADMIN_TOKEN" --database-timeout 5 \
   --psql "$(pg_bin)/psql -h 127.0.0.1 -U postgres -d risc_netfault -qtA" --primary-port "$primary_port" \
   --standby-port "$standby_port" \

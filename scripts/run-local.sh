@@ -4,7 +4,7 @@
 # Ctrl-C stops all of it; the database is kept for the next run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/pg.sh
+. scripts/lib/pg.sh
 
 RISC_PORT=${RISC_PORT:-8080}
 TRANSMITTER_PORT=${TRANSMITTER_PORT:-8765}

@@ -2,7 +2,7 @@
 # Runs the whole test suite against throwaway PostgreSQL clusters that this script starts and removes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. scripts/pg.sh
+. scripts/lib/pg.sh
 
 echo "==> PostgreSQL 15 (apt: postgresql), unless installed"
 pg_ensure_installed

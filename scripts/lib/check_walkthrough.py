@@ -72,7 +72,7 @@ def readme_differences(log: str, root: str) -> list[str]:
 
 def main() -> int:
     commands = walkthrough(sys.argv[1])
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     differences = readme_differences(sys.argv[1], root)
     if differences:
         print("\n".join(differences), file=sys.stderr)

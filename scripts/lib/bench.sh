@@ -2,7 +2,7 @@
 # development transmitter, and helpers. Sets bin, work, pg_port, tx_port, rx_port, pids, and exports the
 # receiver's configuration; everything else (LOG_LEVEL included) is the service's default, as users run it.
 # Everything started is stopped on exit.
-. scripts/pg.sh
+. scripts/lib/pg.sh
 
 pg_ensure_installed
 command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
