@@ -52,7 +52,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // PostgreSQL: migrations, the event inbox with batched group commit.
+        // PostgreSQL, and every query on the service's tables: migrations, the group-commit inbox, the event queue,
+        // sessions, the vault, notifications, probes, retention, the admin queries.
         .target(
             name: "RISCStore",
             dependencies: [
@@ -69,11 +70,23 @@ let package = Package(
         ),
         .executableTarget(name: "embed-migrations"),
         .plugin(name: "EmbedMigrations", capability: .buildTool(), dependencies: ["embed-migrations"]),
-        // The worker: turns stored events into account actions, delivers notifications of them, and probes delivery.
+        .executableTarget(name: "embed-build-info"),
+        .plugin(name: "EmbedBuildInfo", capability: .buildTool(), dependencies: ["embed-build-info"]),
+        // The configuration: every variable, its default and rule, read once and validated (swift-configuration).
+        .target(
+            name: "RISCConfiguration",
+            dependencies: [
+                "RISC", "RISCKeys", "RISCStore",
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The background Services: turns stored events into account actions, delivers notifications of them, probes
+        // delivery, sweeps the retention; and the one factory that builds them from the configuration.
         .target(
             name: "RISCWorker",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCMetrics",
+                "RISC", "RISCKeys", "RISCStore", "RISCMetrics", "RISCConfiguration",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -84,10 +97,9 @@ let package = Package(
         .target(
             name: "RISCServer",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCWorker", "RISCMetrics",
+                "RISC", "RISCKeys", "RISCStore", "RISCMetrics", "RISCConfiguration",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
-                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -110,7 +122,7 @@ let package = Package(
         .executableTarget(
             name: "risc-receiver",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCServer", "RISCWorker", "DevTransmitter",
+                "RISC", "RISCKeys", "RISCStore", "RISCConfiguration", "RISCServer", "RISCWorker", "DevTransmitter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -118,7 +130,9 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
-            ]
+            ],
+            // The commit it was built from, for --version.
+            plugins: ["EmbedBuildInfo"]
         ),
         .testTarget(
             name: "RISCTests",
@@ -128,7 +142,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCServer", "RISCWorker", "DevTransmitter",
+                "RISC", "RISCKeys", "RISCStore", "RISCConfiguration", "RISCServer", "RISCWorker", "DevTransmitter",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -136,7 +150,9 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "Configuration", package: "swift-configuration"),
-            ]
+            ],
+            // The schema history before 0.1.0, read by the baseline test from the repository (not a resource).
+            exclude: ["Fixtures"]
         ),
     ]
 )

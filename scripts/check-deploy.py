@@ -5,6 +5,7 @@ what an operator relies on; and every command line they use is accepted by the b
 Usage: check-deploy.py RISC_RECEIVER_BINARY"""
 import configparser
 import json
+import re
 import pathlib
 import shlex
 import subprocess
@@ -77,6 +78,30 @@ if "--static-swift-stdlib" not in dockerfile:
     problem("Dockerfile: the standard library is not linked statically")
 if "USER root" in dockerfile or "USER 0" in dockerfile:
     problem("Dockerfile: runs as root")
+# The image builds the versions the tests ran with, and its runtime stage holds the binary and CA certificates.
+if "Package.resolved" not in dockerfile or "--force-resolved-versions" not in dockerfile:
+    problem("Dockerfile: does not build the pinned versions (Package.resolved, --force-resolved-versions)")
+if "Package.resolved" in (root.parent / ".dockerignore").read_text().split():
+    problem(".dockerignore: keeps Package.resolved out of the build")
+runtime = dockerfile.split("\nFROM ")[-1]
+installed = re.findall(r"apt-get install[^&]*", runtime)
+packages = {word for command in installed for word in command.split() if not word.startswith("-")} - {"apt-get", "install", "\\"}
+if packages - {"ca-certificates"}:
+    problem(f"Dockerfile: the runtime stage installs more than CA certificates: {sorted(packages)}")
+for line in runtime.splitlines():
+    if line.startswith("HEALTHCHECK") or line.startswith("    CMD"):
+        if "curl" in line:
+            problem("Dockerfile: the health check needs curl; the image carries only risc-receiver")
+healthcheck = re.search(r'CMD \[(.*)\]', runtime.split("HEALTHCHECK", 1)[-1])
+if healthcheck:
+    accepts(json.loads(f"[{healthcheck.group(1)}]")[1:], "Dockerfile HEALTHCHECK")
+for name in ("receiver", "worker"):
+    test = services.get(name, {}).get("healthcheck", {}).get("test", [])
+    if test:
+        if "curl" in " ".join(test):
+            problem(f"compose.yaml {name}: the health check needs curl; the image carries only risc-receiver")
+        elif test[:2] == ["CMD", "/usr/local/bin/risc-receiver"]:
+            accepts(test[2:], f"compose.yaml {name} healthcheck")
 
 units = sorted((root / "systemd").glob("*.service"))
 if {u.name for u in units} != {"risc-receiver.service", "risc-receiver-worker.service", "risc-receiver-migrate.service"}:

@@ -27,13 +27,13 @@ scratch=.build
 out=$scratch/fuzz
 mkdir -p "$out"
 
-echo "==> building swift-crypto's Crypto (swift build --scratch-path $scratch -c release --target Crypto)"
-swift build --scratch-path "$scratch" -c release --target Crypto >"$out/crypto-build.log" 2>&1 || {
+echo "==> building swift-crypto's Crypto (swift build --scratch-path $scratch -c release --static-swift-stdlib --target Crypto)"
+swift build --scratch-path "$scratch" -c release --static-swift-stdlib --target Crypto >"$out/crypto-build.log" 2>&1 || {
     tail -40 "$out/crypto-build.log" >&2
     echo "error: building Crypto failed (log: $out/crypto-build.log)" >&2
     exit 1
 }
-release=$(swift build --scratch-path "$scratch" -c release --show-bin-path)
+release=$(swift build --scratch-path "$scratch" -c release --static-swift-stdlib --show-bin-path)
 
 # Crypto and the targets it links on Linux (those that exist in this swift-crypto version).
 crypto_objects=()
@@ -48,10 +48,10 @@ done
 risc_sources=(Sources/RISC/*.swift)
 build() {  # build SANITIZERS: the RISC module, then the fuzzer binary
     local sanitizers=$1
-    swiftc -parse-as-library -swift-version 6 -module-name RISC -O -g -wmo -sanitize="$sanitizers" \
+    swiftc -parse-as-library -swift-version 6 -module-name RISC -O -g -wmo -static-stdlib -sanitize="$sanitizers" \
         -I "$release/Modules" -emit-module -emit-module-path "$out/RISC.swiftmodule" \
         -emit-object -o "$out/RISC.o" "${risc_sources[@]}" &&
-        swiftc -parse-as-library -swift-version 6 -O -g -sanitize="$sanitizers" -use-ld=lld \
+        swiftc -parse-as-library -swift-version 6 -O -g -static-stdlib -sanitize="$sanitizers" -use-ld=lld \
             -I "$release/Modules" -I "$out" fuzz/FuzzParsing.swift "$out/RISC.o" "${crypto_objects[@]}" \
             -lstdc++ -o "$out/fuzz-parsing"
 }
@@ -84,6 +84,9 @@ fi
 # shellcheck disable=SC2206
 [[ -n ${FUZZ_ARGS:-} ]] && flags+=($FUZZ_ARGS)
 
+# No leak reports: with the runtime linked in statically (as the release build that Crypto's objects come from),
+# LeakSanitizer also sees the runtime's own caches, such as its type-name cache, and calls them leaks.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 # Crash reports from libFuzzer/ASan, symbolized (the Swift runtime's own backtracer trips over ASan's shadow).
 export SWIFT_BACKTRACE=${SWIFT_BACKTRACE:-enable=no}
 if [[ -z ${ASAN_SYMBOLIZER_PATH:-} ]]; then

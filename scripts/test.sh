@@ -40,6 +40,8 @@ pg_createdb "$outage_port" risc_test
 export RISC_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$main_port/risc_test?sslmode=disable"
 export RISC_TEST_OUTAGE_DATABASE_URL="postgres://postgres@127.0.0.1:$outage_port/risc_test?sslmode=disable"
 export RISC_TEST_OUTAGE_STOP="$(declare -f pg_bin pg_as_owner pg_stop); pg_stop '$work/outage'"
+# The schema baseline test compares pg_dump's output.
+export RISC_TEST_PG_BIN="$(pg_bin)"
 export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_start '$work/outage' $outage_port"
 
 echo "==> swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
@@ -69,7 +71,8 @@ if [ $# -eq 0 ]; then
   scripts/check-run-local.sh
   # Every other script the README tells users to run gets a short run, so none stops working unnoticed: the
   # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (each exits
-  # non-zero when a 202 was not stored). These build in release mode (.build/release), once.
+  # non-zero when a 202 was not stored), and the release tarball. These share one release build (.build/release,
+  # Swift's runtime linked in, as it ships).
   echo "==> fuzz/make-corpus.py writes the committed seed corpus again, byte for byte"
   python3 fuzz/make-corpus.py >/dev/null
   if [ -n "$(git status --porcelain -- fuzz/corpus 2>/dev/null)" ]; then
@@ -83,4 +86,6 @@ if [ $# -eq 0 ]; then
   RISC_BENCH_MAX_RATE=200 scripts/bench-ingest.sh 4 1 10
   scripts/bench-accounts.sh 20 300 1
   RISC_BENCH_TOKENS_PER_RUN=300 scripts/bench-growth.sh 2000 4 1
+  echo "==> scripts/release.sh, checked: the tarball's binary runs alone, with no Swift installed, and names its commit"
+  scripts/check-release.sh
 fi

@@ -5,7 +5,6 @@ import Logging
 import PostgresNIO
 import RISC
 import RISCStore
-import RISCWorker
 
 /// The admin API under `/admin/v1`, for scripts. Every route needs
 /// `Authorization: Bearer $RISC_ADMIN_TOKEN` (checked by the group's middleware); without that setting the

@@ -3,9 +3,9 @@ import Hummingbird
 import Logging
 import PostgresNIO
 import RISC
+import RISCConfiguration
 import RISCKeys
 import RISCStore
-import RISCWorker
 import ServiceLifecycle
 
 /// The parts of the service that outlive one request, built once from the configuration.
@@ -23,8 +23,6 @@ public struct ServiceDependencies: Sendable {
     /// Nil unless the vault is configured (RISC_SERVICE_TOKEN and RISC_VAULT_KEY).
     public let grants: GrantStore?
     public let oauth: OAuthClient
-    public let workerSettings: EventWorker.Settings
-    public let dispatcherSettings: NotificationDispatcher.Settings
     /// RISC_DATABASE_TIMEOUT: the bound of every call a request makes to the database (the admin API's too).
     public let databaseTimeout: Duration
 
@@ -65,30 +63,6 @@ public struct ServiceDependencies: Sendable {
             grants = nil
         }
         oauth = OAuthClient(httpClient: httpClient, provider: identityProvider, secrets: configuration.clientSecrets)
-        var workerSettings = EventWorker.Settings()
-        workerSettings.retryPolicy = RetryPolicy(maxAttempts: configuration.maxAttempts)
-        workerSettings.retention.days = configuration.eventRetentionDays
-        self.workerSettings = workerSettings
-        dispatcherSettings = .init(configuration)
-    }
-
-    /// A worker on this process's connection pool.
-    public func makeWorker(logger: Logger) -> EventWorker {
-        EventWorker(client: postgres, settings: workerSettings, logger: logger)
-    }
-
-    /// A notification dispatcher on this process's connection pool.
-    public func makeDispatcher(logger: Logger) -> NotificationDispatcher {
-        NotificationDispatcher(client: postgres, settings: dispatcherSettings, logger: logger)
-    }
-}
-
-extension NotificationDispatcher.Settings {
-    /// RISC_NOTIFY_MAX_ATTEMPTS and RISC_NOTIFY_BACKOFF_BASE.
-    public init(_ configuration: ServiceConfiguration) {
-        self.init()
-        retryPolicy = RetryPolicy(maxAttempts: configuration.notifyMaxAttempts, baseDelay: configuration.notifyBackoffBaseSeconds, maxDelay: 3600)
-        configuredSubscribers = configuration.subscribers
     }
 }
 

@@ -70,13 +70,7 @@ public struct OperationsController<Context: RequestContext>: Sendable {
 
     /// Within 2 s, or the database counts as unreachable (and the connection is closed, not left leased).
     func appliedMigrations() async throws -> Set<String> {
-        try await postgres.withConnection(timeout: .seconds(2)) { connection in
-            var versions = Set<String>()
-            for try await version in try await connection.query("SELECT version FROM schema_migrations", logger: Self.logger).decode(String.self) {
-                versions.insert(version)
-            }
-            return versions
-        }
+        try await Migrator.appliedVersions(client: postgres, timeout: .seconds(2), logger: Self.logger)
     }
 
     func metrics() async -> Response {

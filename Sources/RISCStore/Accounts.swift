@@ -93,7 +93,7 @@ public struct SessionStore: Sendable {
         let lifetime = Double(sessionLifetime.components.seconds)
         let logger = self.logger
         let result: SignInOutcome = try await client.transaction(timeout: databaseTimeout, logger: logger) { connection in
-            // The user's lock before any of the user's rows, as every worker action takes it (migration 0005): no
+            // The user's lock before any of the user's rows, as every worker action takes it (routine risc_lock_user): no
             // event for this user is being applied while we decide, and the two cannot deadlock.
             try await connection.query("SELECT risc_lock_user(\(profile.sub))", logger: logger)
             let state = try await connection.query(

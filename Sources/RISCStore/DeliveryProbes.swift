@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import RISC
 
-/// The probes' records (migration 0010): what the prober writes, and the facts `stream health` and the
+/// The probes' records: what the prober writes, and the facts `stream health` and the
 /// metrics read back.
 public struct DeliveryProbes: Sendable {
     let logger: Logger
@@ -41,6 +41,18 @@ public struct DeliveryProbes: Sendable {
 
     public func facts(client: PostgresClient, timeout: Duration = .seconds(5)) async throws -> DeliveryHealth.Facts {
         try await client.withConnection(timeout: timeout) { connection in try await facts(on: connection) }
+    }
+
+    /// Whether a verification SET carrying `state` has been stored (`stream verify --wait` polls this).
+    public func verificationStored(state: String, client: PostgresClient, timeout: Duration = .seconds(5)) async throws -> Bool {
+        let types = [EventType.verification.rawValue, EventType.ssfVerification.rawValue]
+        let pattern = JSONValue.array([["state": .string(state)]]).serialized
+        return try await client.withConnection(timeout: timeout) { connection in
+            let rows = try await connection.query(
+                "SELECT 1 FROM risc_events WHERE event_types && \(types) AND events @> \(pattern)::jsonb LIMIT 1", logger: logger)
+            for try await _ in rows { return true }
+            return false
+        }
     }
 
     /// What the management API reported just before a probe.

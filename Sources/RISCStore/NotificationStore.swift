@@ -4,7 +4,7 @@ import PostgresNIO
 import RISC
 
 /// The notification outbox: subscribers, their notifications, and the dispatchers' claims on them.
-/// Rows are written by the database itself, in the transaction that records each action (migration 0009);
+/// Rows are written by the database itself, in the transaction that records each action (routine risc_notify_subscribers);
 /// this is everything else: the admin API's and CLI's reads and replays, and the dispatchers' side.
 public struct NotificationStore: Sendable {
     public static let channel = "risc_notifications"

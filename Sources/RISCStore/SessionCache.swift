@@ -6,7 +6,7 @@ import Synchronization
 
 /// Valid session checks, kept in memory so the hot path skips the database. Correctness comes from
 /// invalidation, not expiry: every change to a user's sessions or account flags is announced by triggers on
-/// the `risc_sessions` channel (migration 0004), and the entries of that user are dropped at once.
+/// the `risc_sessions` channel (routine risc_user_changed), and the entries of that user are dropped at once.
 ///
 /// The cache only answers while its LISTEN connection is up; when the connection drops it is emptied and
 /// bypassed until LISTEN is back, so a missed notification can never leave a revoked session valid.

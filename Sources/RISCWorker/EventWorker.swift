@@ -26,7 +26,7 @@ public final class EventWorker: Service, Sendable {
         public init() {}
     }
 
-    public static let channel = "risc_events"
+    public static let channel = EventQueue.channel
 
     let client: PostgresClient
     let settings: Settings

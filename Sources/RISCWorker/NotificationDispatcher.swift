@@ -21,7 +21,8 @@ public final class NotificationDispatcher: Service, Sendable {
     public struct Settings: Sendable {
         /// After the last attempt a notification is dead (RISC_NOTIFY_MAX_ATTEMPTS), and the delay between
         /// attempts doubles from `backoffBase` seconds (RISC_NOTIFY_BACKOFF_BASE), with jitter, up to an hour.
-        public var retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 1, maxDelay: 3600)
+        public var retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 1, maxDelay: longestBackoffSeconds)
+        public static let longestBackoffSeconds: Double = 3600
         /// No answer by then is a failed attempt (10 s).
         public var timeout: Duration = .seconds(10)
         public var concurrency = 16

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
+import RISCConfiguration
 import RISC
 import RISCServer
 import RISCStore

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RISCConfiguration
 import RISC
 import RISCServer
 
@@ -31,7 +32,7 @@ struct ConfigCheck: AsyncParsableCommand {
     }
 }
 
-/// The README's table of variables comes from here, so it cannot drift from what the binary reads.
+/// The configuration reference's table of variables comes from here, so it cannot drift from what the binary reads.
 struct ConfigVariablesTable: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "variables", abstract: "Print every configuration variable, its default and meaning (a Markdown table).")

@@ -1,5 +1,6 @@
 import ArgumentParser
 import PostgresNIO
+import RISCConfiguration
 import RISCServer
 import RISCStore
 
@@ -7,7 +8,7 @@ struct Migrate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Apply pending database migrations (safe to run concurrently and repeatedly).", discussion: EnvironmentHelp.migrate)
 
-    @Option(help: "Directory of NNNN_name.sql files to apply instead of those built into this binary.")
+    @Option(help: "Directory of NNNN_name.sql files (and routines/NAME.sql) to apply instead of those built into this binary.")
     var migrations: String?
 
     @OptionGroup var config: ConfigFileOption

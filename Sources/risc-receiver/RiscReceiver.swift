@@ -11,9 +11,9 @@ struct RiscReceiver: AsyncParsableCommand {
         commandName: "risc-receiver",
         abstract: "Receives Google Cross-Account Protection (RISC) security events and acts on them.",
         discussion: "Exit codes: 0 ok, 1 failure or not found, 2 usage or configuration error.",
-        version: Self.version,
+        version: "\(Self.version) (\(BuildInfo.commit))",
         subcommands: [
-            Serve.self, Worker.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Subscribers.self, Notifications.self, Config.self, Vault.self, Dev.self,
+            Serve.self, Worker.self, Health.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Subscribers.self, Notifications.self, Config.self, Vault.self, Dev.self,
         ]
     )
 

@@ -9,6 +9,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import PostgresNIO
+import RISCConfiguration
 import RISC
 import RISCKeys
 import RISCStore
@@ -53,22 +54,15 @@ struct Serve: AsyncParsableCommand {
             configuration: configuration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings)
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
-        // The worker's jobs: applying waiting events, and delivering the notifications of actions.
+        let factory = BackgroundServices(configuration)
+        // The worker's jobs: applying waiting events, and delivering the notifications of actions. Delivery health
+        // is probed in every serve process, worker or not; one of them probes at a time.
         var background: [any Service] =
-            noWorker
-            ? []
-            : [
-                dependencies.makeWorker(logger: Logger(label: "risc-receiver.worker")),
-                dependencies.makeDispatcher(logger: Logger(label: "risc-receiver.notifications")),
-            ]
-        // Delivery health: in every serve process, worker or not; one of them probes at a time.
-        if let management, let deliveryURL = configuration.deliveryURL {
-            background.append(
-                DeliveryProber(
-                    client: dependencies.postgres, lockConnection: try DatabaseURL.connectionConfiguration(from: configuration.databaseURL),
-                    management: management,
-                    settings: .init(interval: .milliseconds(Int64(configuration.verifyIntervalSeconds * 1000)), deliveryURL: deliveryURL),
-                    logger: Logger(label: "risc-receiver.delivery-probe")))
+            noWorker ? [] : [factory.makeWorker(client: dependencies.postgres), factory.makeDispatcher(client: dependencies.postgres)]
+        if let management,
+            let prober = try factory.makeProber(client: dependencies.postgres, databaseURL: configuration.databaseURL, management: management)
+        {
+            background.append(prober)
         }
         let worker: [any Service] = background.isEmpty ? [] : [AfterListening(listening.stream, background)]
         let expected = (try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory))?.migrations.map(\.version)
@@ -163,35 +157,20 @@ struct Worker: AsyncParsableCommand {
     @OptionGroup var config: ConfigFileOption
 
     func run() async throws {
-        let (databaseURL, maxAttempts, retentionDays, shutdownTimeout, notifyRetries, subscribers) = try await Bootstrap.configuration(file: config.file) {
-            reader throws(ServiceConfiguration.Invalid) in
-            (
-                try ConfigVariables.databaseURL.value(from: reader), try ConfigVariables.maxAttempts.value(from: reader),
-                try ConfigVariables.eventRetentionDays.value(from: reader), try ConfigVariables.shutdownTimeout.value(from: reader),
-                RetryPolicy(
-                    maxAttempts: try ConfigVariables.notifyMaxAttempts.value(from: reader),
-                    baseDelay: try ConfigVariables.notifyBackoffBase.value(from: reader), maxDelay: 3600),
-                try ConfigVariables.subscribers.optional(from: reader)
-            )
+        let configuration = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            try WorkerConfiguration(reader: reader)
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
-        let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
-        var settings = EventWorker.Settings()
-        settings.retryPolicy = RetryPolicy(maxAttempts: maxAttempts)
-        settings.retention.days = retentionDays
-        settings.batchSize = batchSize
-        settings.concurrency = concurrency
-        let worker = EventWorker(client: postgres, settings: settings, logger: logger)
+        let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: configuration.databaseURL), backgroundLogger: logger)
+        var factory = BackgroundServices(configuration)
+        factory.worker.batchSize = batchSize
+        factory.worker.concurrency = concurrency
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: postgres)]
         if let metricsPort {
             services.append(.init(service: buildMetricsApplication(host: metricsHost, port: metricsPort, postgres: postgres, logger: logger)))
         }
-        var dispatcherSettings = NotificationDispatcher.Settings()
-        dispatcherSettings.retryPolicy = notifyRetries
-        dispatcherSettings.configuredSubscribers = subscribers
-        let dispatcher = NotificationDispatcher(client: postgres, settings: dispatcherSettings, logger: logger)
-        services.append(.init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup))
-        services.append(.init(service: dispatcher, successTerminationBehavior: .gracefullyShutdownGroup))
-        try await Bootstrap.runUntilSignalled(services, shutdownTimeout: shutdownTimeout, logger: logger)
+        services.append(.init(service: factory.makeWorker(client: postgres, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+        services.append(.init(service: factory.makeDispatcher(client: postgres, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+        try await Bootstrap.runUntilSignalled(services, shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
     }
 }

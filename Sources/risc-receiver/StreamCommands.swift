@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PostgresNIO
+import RISCConfiguration
 import RISC
 import RISCKeys
 import RISCServer
@@ -181,15 +182,9 @@ struct StreamVerify: AsyncParsableCommand {
         let client = try await Bootstrap.commandDatabase(databaseURL, logger: logger)
         let deadline = requested + .milliseconds(Int(timeout * 1000))
         let received = try await client.whileRunning(timeout: .seconds(Int64(timeout) + 30)) { client -> Bool in
-            let types = [EventType.verification.rawValue, EventType.ssfVerification.rawValue]
+            let probes = DeliveryProbes(logger: logger)
             while ContinuousClock.now < deadline {
-                let rows = try await client.query(
-                    """
-                    SELECT 1 FROM risc_events
-                    WHERE event_types && \(types) AND events @> \(JSONValue.array([["state": .string(state)]]).serialized)::jsonb
-                    LIMIT 1
-                    """, logger: logger)
-                for try await _ in rows { return true }
+                if try await probes.verificationStored(state: state, client: client) { return true }
                 try await Task.sleep(for: .milliseconds(50))
             }
             return false

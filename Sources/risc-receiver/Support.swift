@@ -3,6 +3,7 @@ import Configuration
 import Foundation
 import Logging
 import PostgresNIO
+import RISCConfiguration
 import RISCKeys
 import RISCServer
 import RISCStore
@@ -178,12 +179,7 @@ struct JSONLogHandler: LogHandler {
 enum EnvironmentHelp {
     static let database = ConfigVariables.environmentHelp([ConfigVariables.databaseURL] + ConfigVariables.logging)
     static let serve = ConfigVariables.environmentHelp(ConfigVariables.serve)
-    static let worker = ConfigVariables.environmentHelp(
-        [
-            ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
-            ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.subscribers,
-            ConfigVariables.shutdownTimeout,
-        ] + ConfigVariables.logging)
+    static let worker = ConfigVariables.environmentHelp(WorkerConfiguration.variables + ConfigVariables.logging)
     static let migrate = ConfigVariables.environmentHelp(
         [ConfigVariables.databaseURL, ConfigVariables.migrationsDirectory] + ConfigVariables.logging)
     static let stream = ConfigVariables.environmentHelp([ConfigVariables.serviceAccountFile, ConfigVariables.managementURL])

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PostgresNIO
+import RISCConfiguration
 import RISCServer
 import RISCStore
 

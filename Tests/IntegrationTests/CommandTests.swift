@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
+import RISCConfiguration
 import RISC
 import RISCStore
 import Testing
@@ -142,7 +143,10 @@ struct CommandTests {
     @Test("--version, shell completions, config check --json, and help that names each command's variables")
     func whatUsersExpect() async throws {
         let version = try await runRiscReceiver(["--version"], environment: [:])
-        #expect(version.status == 0 && version.output.range(of: #"^\d+\.\d+\.\d+\n$"#, options: .regularExpression) != nil, "\(version.output)")
+        // The version, and the commit it was built from.
+        #expect(
+            version.status == 0 && version.output.range(of: #"^\d+\.\d+\.\d+ \([0-9a-f]{12}\)\n$"#, options: .regularExpression) != nil,
+            "\(version.output)")
         for shell in ["bash", "zsh", "fish"] {
             let completion = try await runRiscReceiver(["--generate-completion-script", shell], environment: [:])
             #expect(completion.status == 0 && completion.output.contains("risc-receiver"), "\(shell)")
@@ -184,8 +188,9 @@ struct CommandTests {
     @Test("The binary carries its migrations: the embedded set equals migrations/, and a copy alone in an empty directory migrates")
     func embeddedMigrations() async throws {
         let onDisk = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
-        #expect(!onDisk.migrations.isEmpty)
+        #expect(!onDisk.migrations.isEmpty && !onDisk.routines.isEmpty)
         #expect(Migrator.embedded.migrations == onDisk.migrations)
+        #expect(Migrator.embedded.routines == onDisk.routines)
 
         let logger = Harness.logger
         let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
@@ -208,16 +213,18 @@ struct CommandTests {
             ).wait()
             let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             #expect(status == 0, "\(output)")
-            #expect(output.contains("Applied \(onDisk.migrations.map(\.version).joined(separator: ", "))"), "\(output)")
+            let everything = onDisk.migrations.map(\.version) + onDisk.routines.map { "routines/\($0.version)" }
+            #expect(output.contains("Applied \(everything.joined(separator: ", "))."), "\(output)")
             try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
         }
     }
 
-    /// How a binary from before migration 0011 stored a batch: this CALL, prepared on each of its connections.
-    struct StoreEventsBefore0011: PostgresPreparedStatement {
+    /// How a running serve stores a batch: this CALL, prepared on each of its connections.
+    struct IngestEvents: PostgresPreparedStatement {
         static let sql = """
-            CALL risc_store_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                                   $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool, NULL)
+            CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+                                    $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool,
+                                    NULL, NULL, NULL, NULL)
             """
         typealias Row = [Int64]?
         let jti: String
@@ -238,32 +245,39 @@ struct CommandTests {
             return bindings
         }
 
-        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode([Int64]?.self) }
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(([Int64]?, [String]?, [Int64]?, [Int64]?).self).0 }
     }
 
-    @Test("A serve from before a migration keeps storing SETs while it runs: its prepared CALL still answers after 0011")
+    @Test("A serve running while an upgrade re-applies a routine keeps storing SETs: its prepared CALL still answers")
     func rollingUpgrade() async throws {
-        let all = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
-        let before0011 = Migrator(migrations: all.migrations.filter { $0.version < "0011" })
+        let current = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
+        // The next release's routines: the inbox's procedure changed (here, only its text).
+        let next = Migrator(
+            migrations: current.migrations,
+            routines: current.routines.map { routine in
+                routine.version == "risc_ingest_events" ? .init(version: routine.version, sql: routine.sql + "\n-- changed\n") : routine
+            })
         let logger = Harness.logger
-        try await IsolatedDatabase.with(migrator: before0011) { database in
-            // The old binary's connection: its CALL prepared and run once before the migration, again after.
-            let old = try await PostgresConnection.connect(
+        try await IsolatedDatabase.with(migrator: current) { database in
+            // The running binary's connection: its CALL prepared and run once before the upgrade, again after.
+            let running = try await PostgresConnection.connect(
                 configuration: try DatabaseURL.connectionConfiguration(from: database.url), id: 1, logger: logger)
             do {
-                for try await stored in try await old.execute(StoreEventsBefore0011(jti: "before"), logger: logger) { #expect(stored == [1]) }
-                #expect(try await all.migrate(client: database.client, logger: logger).contains { $0.hasPrefix("0011") })
-                for try await stored in try await old.execute(StoreEventsBefore0011(jti: "after"), logger: logger) { #expect(stored == [1]) }
+                for try await stored in try await running.execute(IngestEvents(jti: "before"), logger: logger) { #expect(stored == [1]) }
+                #expect(try await next.migrate(client: database.client, logger: logger) == ["routines/risc_ingest_events"])
+                for try await stored in try await running.execute(IngestEvents(jti: "after"), logger: logger) { #expect(stored == [1]) }
             } catch {
-                try? await old.close()
+                try? await running.close()
                 throw error
             }
-            try await old.close()
+            try await running.close()
             var jtis: [String] = []
             for try await jti in try await database.client.query("SELECT jti FROM risc_events ORDER BY id", logger: logger).decode(String.self) {
                 jtis.append(jti)
             }
             #expect(jtis == ["before", "after"])
+            // Nothing changed since: nothing is applied again.
+            #expect(try await next.migrate(client: database.client, logger: logger).isEmpty)
         }
     }
 
@@ -277,22 +291,31 @@ struct CommandTests {
             return try await group.reduce(into: []) { $0.append($1) }
         }
         #expect(results.allSatisfy { $0.0 == 0 }, "\(results)")
-        #expect(results.filter { $0.1.contains("Applied 0001_events") }.count == 1, "\(results)")
+        #expect(results.filter { $0.1.contains("Applied 0001_schema") }.count == 1, "\(results)")
         let again = try await runRiscReceiver(["migrate"], environment: environment)
         #expect(again.status == 0)
         #expect(again.output.contains("up to date"))
 
-        let onDisk = try FileManager.default.contentsOfDirectory(atPath: environment["RISC_MIGRATIONS_DIR"]!)
-            .filter { $0.hasSuffix(".sql") }.map { String($0.dropLast(4)) }.sorted()
-        #expect(onDisk.count >= 2)
+        func sqlFiles(_ directory: String) throws -> [String] {
+            try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".sql") }.map { String($0.dropLast(4)) }.sorted()
+        }
+        let onDisk = try sqlFiles(environment["RISC_MIGRATIONS_DIR"]!)
+        let routinesOnDisk = try sqlFiles(environment["RISC_MIGRATIONS_DIR"]! + "/routines")
+        #expect(onDisk.count >= 1 && routinesOnDisk.count >= 2)
         let database = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
         try await database.whileRunning { client in
-            var applied: [String] = []
-            for try await version in try await client.query("SELECT version FROM schema_migrations ORDER BY version", logger: logger).decode(String.self) {
-                applied.append(version)
+            func column(_ sql: String) async throws -> [String] {
+                var values: [String] = []
+                for try await value in try await client.query(PostgresQuery(unsafeSQL: sql), logger: logger).decode(String.self) {
+                    values.append(value)
+                }
+                return values
             }
+            let applied = try await column("SELECT version FROM schema_migrations ORDER BY version")
+            let routines = try await column("SELECT name FROM schema_routines ORDER BY name")
             #expect(applied == onDisk)
-            let changed = Migrator(migrations: [.init(version: "0001_events", sql: "SELECT 1")])
+            #expect(routines == routinesOnDisk)
+            let changed = Migrator(migrations: [.init(version: "0001_schema", sql: "SELECT 1")])
             await #expect(throws: Migrator.Failure.self) { try await changed.migrate(client: client, logger: logger) }
             let older = Migrator(migrations: [])
             await #expect(throws: Migrator.Failure.self) { try await older.migrate(client: client, logger: logger) }

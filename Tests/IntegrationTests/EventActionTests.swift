@@ -2,6 +2,7 @@ import DevTransmitter
 import Foundation
 import PostgresNIO
 import RISC
+import RISCStore
 import RISCWorker
 import Testing
 

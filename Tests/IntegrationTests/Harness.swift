@@ -7,6 +7,7 @@ import NIOCore
 import NIOHTTP1
 import PostgresNIO
 import RISC
+import RISCConfiguration
 import RISCServer
 import RISCStore
 import RISCKeys
@@ -104,9 +105,9 @@ struct Harness {
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval)
             var workers: [any Service] = []
             if options.worker {
-                var workerSettings = dependencies.workerSettings
-                workerSettings.pollInterval = .milliseconds(200)
-                workers.append(EventWorker(client: dependencies.postgres, settings: workerSettings, logger: logger))
+                var factory = BackgroundServices(receiverConfiguration)
+                factory.worker.pollInterval = .milliseconds(200)
+                workers.append(factory.makeWorker(client: dependencies.postgres, logger: logger))
             }
             let receiverApp = buildApplication(
                 configuration: receiverConfiguration, dependencies: dependencies, logger: logger, extraServices: workers,

@@ -6,8 +6,10 @@
 
 pg_ensure_installed
 command -v wrk >/dev/null || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
-swift build -c release --product risc-receiver >/dev/null 2>&1
-bin=$(swift build -c release --show-bin-path)/risc-receiver
+# The release build, as it ships (scripts/release.sh builds the same).
+. scripts/lib/release-build.sh
+release_build
+bin=$release_bin
 
 work=$(mktemp -d /tmp/risc-bench.XXXXXX)
 chmod 755 "$work"

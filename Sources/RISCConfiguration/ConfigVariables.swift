@@ -4,10 +4,9 @@ import Logging
 import RISC
 import RISCKeys
 import RISCStore
-import RISCWorker
 
 /// Every configuration variable, each described once. `ServiceConfiguration` reads the ones `serve` uses,
-/// the other commands read theirs directly (`ConfigVariables.databaseURL.value(from: reader)`), and the README's
+/// the other commands read theirs directly (`ConfigVariables.databaseURL.value(from: reader)`), and the configuration reference's
 /// table is `markdownTable`.
 public enum ConfigVariables {
     public static let databaseURL = ConfigVariable<String>(
@@ -97,8 +96,8 @@ public enum ConfigVariables {
     public static let eventRetentionDays = ConfigVariable<Int>(
         "RISC_EVENT_RETENTION_DAYS", default: .value(400),
         help: "done and ignored events older than this many days are deleted with their actions, and so are delivered notifications; 0 keeps everything",
-        rule: "must be 0 or a number of days from \(EventRetention.Settings.minimumDays) (a redelivery must still find its SET)"
-    ) { $0 == 0 || $0 >= EventRetention.Settings.minimumDays }
+        rule: "must be 0 or a number of days from \(RetentionStore.minimumDays) (a redelivery must still find its SET)"
+    ) { $0 == 0 || $0 >= RetentionStore.minimumDays }
 
     public static let notifyMaxAttempts = ConfigVariable<Int>(
         "RISC_NOTIFY_MAX_ATTEMPTS", default: .value(10),
@@ -149,34 +148,34 @@ public enum ConfigVariables {
         rule: httpsRule, note: "required with `RISC_VERIFY_INTERVAL`", valid: URLPolicy.isHTTPSOrLoopback)
 
     public static let sessionLifetime = ConfigVariable<Int>(
-        "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds (an addition)",
+        "RISC_SESSION_TTL", default: .value(14 * 24 * 3600), help: "session lifetime in seconds",
         rule: "must be a number of seconds, at least 60", note: "14 days"
     ) { $0 >= 60 }
 
     /// Workspace domains an ID token's `hd` must name; empty for no restriction.
     public static let hostedDomains = ConfigVariable<Set<String>>(
         "RISC_HOSTED_DOMAINS", as: [String].self, default: .value([]),
-        help: "if set, an ID token's `hd` must be one of these comma-separated domains (an addition)",
+        help: "if set, an ID token's `hd` must be one of these comma-separated domains",
         show: { $0.isEmpty ? "<unset>" : $0.sorted().joined(separator: ",") }
     ) { Set($0.map { $0.lowercased() }) }
 
     public static let sessionCache = ConfigVariable<Bool>(
         "RISC_SESSION_CACHE", default: .value(true),
-        help: "serve session checks from memory, invalidated by NOTIFY (an addition)", rule: "must be on or off",
+        help: "serve session checks from memory, invalidated by NOTIFY", rule: "must be on or off",
         show: { $0 ? "on" : "off" }
     ) { _ in true }
 
     public static let idleTimeout = seconds(
         "RISC_IDLE_TIMEOUT", default: 30,
-        help: "seconds a connection may send nothing, mid-request or between requests, before it is closed (an addition)")
+        help: "seconds a connection may send nothing, mid-request or between requests, before it is closed")
 
     public static let shutdownTimeout = seconds(
         "RISC_SHUTDOWN_TIMEOUT", default: 10,
-        help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (an addition; `serve` and `worker`)")
+        help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (`serve` and `worker`)")
 
     public static let databaseTimeout = seconds(
         "RISC_DATABASE_TIMEOUT", default: 5,
-        help: "seconds storing a SET, a sign-in or a session check waits for the database before answering 503 with Retry-After (an addition)")
+        help: "seconds storing a SET, a sign-in or a session check waits for the database before answering 503 with Retry-After")
 
     public static let logLevel = ConfigVariable<Logger.Level>(
         "LOG_LEVEL", as: String.self, default: .value(.info), help: "swift-log level",
@@ -220,11 +219,11 @@ public enum ConfigVariables {
         // except to a development transmitter on loopback.
         rule: httpsRule, valid: URLPolicy.isHTTPSOrLoopback)
 
-    /// Every variable, in the README's order: those `serve` reads (and `config check` prints), then the `stream` commands' own.
+    /// Every variable, in the configuration reference's order: those `serve` reads (and `config check` prints), then the `stream` commands' own.
     public static let all: [any ConfigVariableDocumentation] =
         ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL]
 
-    /// The README's table of variables; `risc-receiver config variables` prints it, and a test holds README.md to it.
+    /// The configuration reference's table of variables; `risc-receiver config variables` prints it, and a test holds README.md to it.
     /// A command's help text about its variables: name, default and meaning, from the same descriptions.
     public static func environmentHelp(_ variables: [any ConfigVariableDocumentation]) -> String {
         let lines = variables.map { variable in
@@ -290,7 +289,7 @@ public enum LogFormat: String, Sendable {
     case json
 }
 
-/// What the README's table says of a variable, whatever its type.
+/// What the configuration reference's table says of a variable, whatever its type.
 public protocol ConfigVariableDocumentation: Sendable {
     var name: String { get }
     var isSecret: Bool { get }

@@ -80,7 +80,7 @@ public struct ServiceConfiguration: Sendable {
         Self.settings.map { ($0.variable.name, $0.show(self)) }
     }
 
-    /// A variable and the property it fills; the order is `config check`'s and the README table's.
+    /// A variable and the property it fills; the order is `config check`'s and the configuration reference's.
     struct Setting: Sendable {
         let variable: any ConfigVariableDocumentation
         let read: @Sendable (ConfigReader, inout ServiceConfiguration) throws(Invalid) -> Void

@@ -2,7 +2,7 @@ import Configuration
 import Foundation
 
 /// One configuration variable, described once: how it is read and checked, its default, whether it is a secret,
-/// how `config check` shows it and what the README's table says of it. The variables are in `ConfigVariables`.
+/// how `config check` shows it and what the configuration reference's table says of it. The variables are in `ConfigVariables`.
 public struct ConfigVariable<Value: Sendable>: Sendable {
     /// What an unset variable means.
     public enum Fallback: Sendable {
@@ -17,11 +17,11 @@ public struct ConfigVariable<Value: Sendable>: Sendable {
     /// Read with `isSecret`, so swift-configuration's access reporting redacts it; `config check` prints no value.
     public let isSecret: Bool
     public let fallback: Fallback
-    /// The README's "Meaning" column.
+    /// The configuration reference's "Meaning" column.
     public let help: String
     /// What a valid value is; the message of a refused value, unless the parser says more.
     public let rule: String?
-    /// Said of the default in the README ("14 days", "required by `stream`").
+    /// Said of the default in the configuration reference ("14 days", "required by `stream`").
     let note: String?
     /// The value as `config check` prints it.
     let show: @Sendable (Value) -> String
@@ -154,7 +154,7 @@ extension Bool: ConfigInput {
     static func typed(from reader: ConfigReader, _ key: ConfigKey, isSecret: Bool) -> Bool? {
         reader.bool(forKey: key, isSecret: isSecret)
     }
-    /// swift-configuration's words (true, yes, 1) and on/off, which the README has always used.
+    /// swift-configuration's words (true, yes, 1) and on/off, which the docs have always used.
     init?(text: String) {
         switch text.lowercased() {
         case "on", "true", "yes", "1": self = true

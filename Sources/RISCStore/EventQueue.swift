@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import PostgresNIO
 import RISC
-import RISCStore
 
 /// The worker's side of `risc_events`, and every status change after ingest (`EventStatus`).
 /// One batch, top to bottom, in one transaction:
@@ -13,6 +12,9 @@ import RISCStore
 /// A worker killed at any instant rolls back with its connection: the events stay waiting and nothing is
 /// applied twice. A failing event goes to `retry` or `dead` (`recordFailure`); `replay` brings one back.
 public struct EventQueue: Sendable {
+    /// Notified when events are left for a worker: by the insert trigger, and by `replay`.
+    public static let channel = "risc_events"
+
     public struct BatchResult: Sendable, Equatable {
         public var claimed = 0
         public var done = 0
@@ -259,7 +261,7 @@ public struct EventQueue: Sendable {
                 SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
                 """, logger: logger)
             for try await (_, updated) in rows.decode((EventStatus, Bool).self) { outcome = updated ? .replayed : .ignored }
-            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(EventWorker.channel), '')", logger: logger) }
+            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
             return outcome
         }
     }

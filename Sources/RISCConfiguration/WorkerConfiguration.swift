@@ -1,0 +1,50 @@
+import Configuration
+import RISCStore
+
+/// What the background work reads: `risc-receiver worker` reads only these variables, and `serve` takes them
+/// from its `ServiceConfiguration` (`ServiceConfiguration.worker`).
+public struct WorkerConfiguration: Sendable {
+    public var databaseURL: String
+    public var maxAttempts = ConfigVariables.maxAttempts.defaultValue
+    public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
+    public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
+    public var notifyBackoffBaseSeconds = ConfigVariables.notifyBackoffBase.defaultValue
+    /// Nil leaves the configured subscribers as they are.
+    public var subscribers: [NotificationStore.NewSubscriber]?
+    public var shutdownTimeoutSeconds = ConfigVariables.shutdownTimeout.defaultValue
+
+    /// The variables read, in the order `worker --help` lists them.
+    public static let variables: [any ConfigVariableDocumentation] = [
+        ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
+        ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.subscribers,
+        ConfigVariables.shutdownTimeout,
+    ]
+
+    public init(databaseURL: String) {
+        self.databaseURL = databaseURL
+    }
+
+    public init(reader: ConfigReader) throws(ServiceConfiguration.Invalid) {
+        self.init(databaseURL: try ConfigVariables.databaseURL.value(from: reader))
+        maxAttempts = try ConfigVariables.maxAttempts.value(from: reader)
+        eventRetentionDays = try ConfigVariables.eventRetentionDays.value(from: reader)
+        notifyMaxAttempts = try ConfigVariables.notifyMaxAttempts.value(from: reader)
+        notifyBackoffBaseSeconds = try ConfigVariables.notifyBackoffBase.value(from: reader)
+        subscribers = try ConfigVariables.subscribers.optional(from: reader)
+        shutdownTimeoutSeconds = try ConfigVariables.shutdownTimeout.value(from: reader)
+    }
+}
+
+extension ServiceConfiguration {
+    /// The background work's part of the configuration.
+    public var worker: WorkerConfiguration {
+        var worker = WorkerConfiguration(databaseURL: databaseURL)
+        worker.maxAttempts = maxAttempts
+        worker.eventRetentionDays = eventRetentionDays
+        worker.notifyMaxAttempts = notifyMaxAttempts
+        worker.notifyBackoffBaseSeconds = notifyBackoffBaseSeconds
+        worker.subscribers = subscribers
+        worker.shutdownTimeoutSeconds = shutdownTimeoutSeconds
+        return worker
+    }
+}

@@ -1,0 +1,27 @@
+-- Fills the outbox from the statement that records actions, so in its transaction: a notification exists if and
+-- only if its action committed, on every path (a worker, or the inbox applying on receipt). The kinds are
+-- ActionKind.notified. The SET's first event type names the event (Google's SETs carry one event).
+CREATE OR REPLACE FUNCTION risc_notify_subscribers() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM risc_subscribers) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
+    SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[1], ''),
+           a.applied_at
+      FROM recorded_actions a
+      JOIN risc_events e ON e.id = a.event_id
+      JOIN risc_subscribers s ON s.actions IS NULL OR a.kind = ANY (s.actions)
+     WHERE a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
+                      'disable_sign_in', 'enable_sign_in', 'flag_for_review', 'require_credential_change')
+     ORDER BY a.id, s.id;
+    IF FOUND THEN
+        PERFORM pg_notify('risc_notifications', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER risc_event_actions_notify
+    AFTER INSERT ON risc_event_actions REFERENCING NEW TABLE AS recorded_actions
+    FOR EACH STATEMENT EXECUTE FUNCTION risc_notify_subscribers();
