@@ -1,5 +1,13 @@
-/// What an event does to the accounts this service owns. Decided here, without I/O;
-/// the worker carries the actions out in the database.
+/// What an event does to the accounts this service owns. Decided here, without I/O, from the event alone; the
+/// inbox (on receipt) or a worker hands the actions to `risc_apply_actions`, which carries them out in the
+/// database. These rules need the rows as they are, so the SQL function decides them, not this type:
+/// - staleness: an account-state change older than the account state (by iat, then arrival, then place in the
+///   SET) changes nothing and is recorded as skipped;
+/// - the hijacking cutoff: a revocation by such a stale event ends only the sessions created up to its iat;
+///   otherwise every session created up to the event's arrival. ID tokens issued up to the cutoff no longer sign in;
+/// - audience confinement: a token-revoked identifier erases only grants of the SET's audiences (`clientIDs`);
+/// - the ambiguity flag: an identifier that matched several grants erases them all and records an
+///   `ambiguous_token_identifier` action beside it.
 public enum AccountAction: Sendable, Equatable {
     /// Revoke every session of the user created at or before the SET was received.
     case revokeSessions(sub: String)

@@ -235,13 +235,12 @@ public final class EventInbox: Service, Sendable {
 }
 
 /// The batch CALL, prepared once per connection: it runs hundreds of times a second under load.
-/// Columns travel as parallel arrays and are zipped back into rows by `unnest` inside the procedure:
-/// one element per SET, then one per action (with the 1-based place of its SET in the batch).
+/// The SETs travel as parallel arrays, one element per SET, zipped back into rows by `unnest` inside the
+/// procedure; their actions as one JSON array (`ActionBatch`), each naming the 1-based place of its SET.
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
         CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                                $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool,
-                                NULL, NULL, NULL, NULL)
+                                $9::jsonb, $10::bool, NULL, NULL, NULL, NULL)
         """
     /// The new rows' places in the batch; then, if applied on receipt, each action kind recorded with its number of
     /// actions and the rows they changed.
@@ -266,18 +265,13 @@ private struct StoreEvents: PostgresPreparedStatement {
         bindings.append(events.map { $0.issuedAt.timeIntervalSince1970 })
         try bindings.append(events.map(\.status))
         // Without apply the procedure ignores the actions: none are sent.
-        var actions = ActionColumns<Int32>()
+        var actions = ActionBatch()
         if apply {
             for (row, event) in events.enumerated() {
-                for (position, action) in event.actions { actions.append(Int32(row + 1), position: position, action) }
+                for (position, action) in event.actions { actions.append(event: Int64(row + 1), position: position, action) }
             }
         }
-        bindings.append(actions.keys)
-        bindings.append(actions.positions)
-        try bindings.append(actions.kinds)
-        bindings.append(actions.subs)
-        bindings.append(actions.arguments)
-        bindings.append(actions.clientIDs)
+        bindings.append(actions.json)
         bindings.append(apply)
         return bindings
     }

@@ -7,8 +7,8 @@ import RISC
 /// One batch, top to bottom, in one transaction:
 /// 1. `claim`: waiting events (`pending`, or `retry` once due) with `FOR UPDATE SKIP LOCKED`;
 /// 2. `AccountAction.actions(for:audience:)` (module RISC) decides each event's actions, without I/O;
-/// 3. `apply`: `risc_apply_actions` (SQL) takes each user's lock, carries the actions out, records them,
-///    and marks the events `done`.
+/// 3. `apply`: `risc_apply_actions` (SQL) sorts the actions by user, takes each user's lock, carries the
+///    actions out, records them, marks the events `done`, and totals what they changed.
 /// A worker killed at any instant rolls back with its connection: the events stay waiting and nothing is
 /// applied twice. A failing event goes to `retry` or `dead` (`recordFailure`); `replay` brings one back.
 public struct EventQueue: Sendable {
@@ -140,42 +140,31 @@ public struct EventQueue: Sendable {
         var result = BatchResult()
         result.claimed = claimed.count
         guard !claimed.isEmpty else { return result }
-        // Ordered by user, so concurrent workers lock users' rows in the same order and cannot deadlock.
-        var planned: [(sub: String, event: Int64, position: Int, index: Int, action: AccountAction)] = []
+        var actions = ActionBatch()
         var done: [Int64] = []
         for event in claimed {
             switch event.actions {
-            case .success(let actions):
+            case .success(let decided):
                 done.append(event.id)
-                for (index, (position, action)) in actions.enumerated() {
-                    planned.append((action.sub ?? "", event.id, position, index, action))
-                }
+                for (position, action) in decided { actions.append(event: event.id, position: position, action) }
             case .failure(let failure):
                 let status = try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
                 result.failed += 1
                 if status == .dead { result.dead += 1 } else { result.retried += 1 }
             }
         }
-        // Sorted by user: the function takes each user's lock once, in the same order in every worker.
-        planned.sort { ($0.sub, $0.event, $0.index) < ($1.sub, $1.event, $1.index) }
-        var columns = ActionColumns<Int64>()
-        for action in planned { columns.append(action.event, position: action.position, action.action) }
-        try await connection.query(
-            """
-            SELECT risc_apply_actions(\(columns.keys), \(columns.positions), \(columns.kinds), \(columns.subs), \(columns.arguments),
-                                      \(columns.clientIDs), \(done))
-            """, logger: logger)
-        result.done = done.count
-        // What the batch changed, for the metrics (counted once it has committed).
-        let totals = try await connection.query(
-            """
-            SELECT coalesce(array_agg(kind), '{}'), coalesce(array_agg(actions), '{}'), coalesce(array_agg(total), '{}')
-              FROM (SELECT kind, count(*)::int8 AS actions, sum(rows_affected)::int8 AS total FROM risc_event_actions
-                     WHERE event_id = ANY(\(done)) GROUP BY kind) t
-            """, logger: logger)
-        for try await (kinds, actions, rows) in totals.decode(([String], [Int64], [Int64]).self) {
-            result.totals = ActionTotals(kinds: kinds, actions: actions, rows: rows)
+        // The function sorts the actions by user (every worker then takes users' locks in one order), applies
+        // them, marks the events done, and says what they changed, for the metrics (counted once it commits).
+        var kinds: [String] = [], counts: [Int64] = [], rows: [Int64] = []
+        for try await (kind, recorded, changed) in try await connection.query(
+            "SELECT kind, actions_recorded, rows_changed FROM risc_apply_actions(\(actions.json)::jsonb, NULL, \(done))", logger: logger
+        ).decode((String, Int64, Int64).self) {
+            kinds.append(kind)
+            counts.append(recorded)
+            rows.append(changed)
         }
+        result.done = done.count
+        result.totals = ActionTotals(kinds: kinds, actions: counts, rows: rows)
         return result
     }
 

@@ -223,14 +223,13 @@ struct CommandTests {
     struct IngestEvents: PostgresPreparedStatement {
         static let sql = """
             CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                                    $9::int4[], $10::int4[], $11::text[], $12::text[], $13::text[], $14::text[], $15::bool,
-                                    NULL, NULL, NULL, NULL)
+                                    $9::jsonb, $10::bool, NULL, NULL, NULL, NULL)
             """
         typealias Row = [Int64]?
         let jti: String
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 15)
+            var bindings = PostgresBindings(capacity: 10)
             bindings.append(["https://accounts.google.com/"])
             bindings.append([jti])
             bindings.append([#"["https://schemas.openid.net/secevent/risc/event-type/sessions-revoked"]"#])
@@ -239,8 +238,7 @@ struct CommandTests {
             bindings.append([#"{"jti": "\#(jti)"}"#])
             bindings.append([1_800_000_000.0])
             bindings.append(["pending"])
-            for _ in 0..<2 { bindings.append([Int32]()) }
-            for _ in 0..<4 { bindings.append([String]()) }
+            bindings.append("[]")
             bindings.append(false)
             return bindings
         }

@@ -318,11 +318,13 @@ struct NotificationTests {
             // The worker's own path: apply again inside a transaction that then fails.
             var eventID: Int64 = 0
             for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
+            let actions = JSONValue.array([
+                ["event": .number(Double(eventID)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
+                 "client_ids": []],
+            ]).serialized
             await #expect(throws: (any Error).self) {
                 try await harness.database.transaction(logger: Harness.logger) { connection in
-                    try await connection.query(
-                        "SELECT risc_apply_actions(\([eventID]), \([Int32(0)]), \(["revoke_sessions"]), \([sub]), \([""]), \(["[]"]), '{}')",
-                        logger: Harness.logger)
+                    try await connection.query("SELECT * FROM risc_apply_actions(\(actions)::jsonb, NULL, '{}')", logger: Harness.logger)
                     try await connection.query("SELECT 1/0", logger: Harness.logger)
                 }
             }

@@ -1,12 +1,24 @@
--- Carries out a batch of actions (decided by the worker from each event's type), records each with the
--- number of rows it changed, and marks the events done: all in the caller's transaction.
--- The arrays are parallel, one element per action, sorted by sub by the caller; '' stands for no sub or
--- argument. `positions` is the event's place in its SET, `client_ids` a JSON array (the SET's audiences).
-CREATE OR REPLACE FUNCTION risc_apply_actions(
-    action_events bigint[], positions integer[], kinds text[], subs text[], arguments text[], client_ids text[],
-    done_events bigint[]
-) RETURNS void LANGUAGE plpgsql AS $$
+-- Carries out a batch of actions, records each with the number of rows it changed, and marks `done_events` done,
+-- all in the caller's transaction; returns, per action kind recorded, the number of actions and the rows they
+-- changed (for the metrics). The code decides each event's actions (AccountAction); these rules are decided here,
+-- against the rows as they are:
+-- - staleness: an account-state change older than the account state (by iat, then arrival, then place in the
+--   SET) changes nothing, and is recorded as skipped;
+-- - the hijacking cutoff: the same event's session revocation then ends only the sessions created up to its iat;
+--   otherwise every session created up to its arrival. ID tokens issued up to the cutoff no longer sign in;
+-- - audience confinement: token-revoked erases only grants of the SET's audiences (`client_ids`);
+-- - the ambiguity flag: a token identifier that matched several grants erases them all and records an
+--   `ambiguous_token_identifier` action beside it.
+--
+-- `actions` is a JSON array, one object per action, in each event's order:
+--   {"event": N, "position": P, "kind": K, "sub": S or null, "argument": A or null, "client_ids": [...]}
+-- `event` is the event's id; or, when `event_ids` is given, the 1-based place of the id in `event_ids` (the
+-- inbox's batch rows), where NULL (a duplicate SET) skips the action. `position` is the event's place in its SET.
+-- Actions run sorted by user: every transaction takes users' locks in one order, so none can deadlock.
+CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}')
+RETURNS TABLE (kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
 DECLARE
+    a           record;
     event_id    bigint;
     received    timestamptz;
     issued      timestamptz;
@@ -14,6 +26,7 @@ DECLARE
     detail      text;
     cutoff      timestamptz;
     locked_sub  text;
+    erased      uuid[];
     -- Staleness is per event and per user: "event:position:sub" of each account-state change that was older
     -- than the account state. Only that event's own actions for that user are affected.
     stale       text[] := '{}';
@@ -24,65 +37,62 @@ DECLARE
     out_details text[] := '{}';
     out_counts  integer[] := '{}';
 BEGIN
-    FOR i IN 1 .. coalesce(array_length(kinds, 1), 0) LOOP
-        IF event_id IS DISTINCT FROM action_events[i] THEN
-            event_id := action_events[i];
+    FOR a IN
+        SELECT CASE WHEN event_ids IS NULL THEN x.event ELSE event_ids[x.event::int] END AS event, x.position, x.kind, x.sub,
+               x.argument, x.client_ids
+          FROM ROWS FROM (jsonb_to_recordset(actions)
+                          AS (event bigint, position integer, kind text, sub text, argument text, client_ids jsonb))
+               WITH ORDINALITY AS x(event, position, kind, sub, argument, client_ids, n)
+         WHERE event_ids IS NULL OR event_ids[x.event::int] IS NOT NULL
+         ORDER BY coalesce(x.sub, '') COLLATE "C", 1, x.n
+    LOOP
+        IF event_id IS DISTINCT FROM a.event THEN
+            event_id := a.event;
             SELECT e.received_at, e.issued_at INTO STRICT received, issued FROM risc_events e WHERE e.id = event_id;
         END IF;
-        IF subs[i] <> '' AND locked_sub IS DISTINCT FROM subs[i] THEN
-            PERFORM risc_lock_user(subs[i]);
-            locked_sub := subs[i];
+        IF a.sub IS NOT NULL AND locked_sub IS DISTINCT FROM a.sub THEN
+            PERFORM risc_lock_user(a.sub);
+            locked_sub := a.sub;
         END IF;
         affected := 0;
         ambiguous := 0;
-        detail := NULLIF(arguments[i], '');
-        CASE kinds[i]
+        detail := a.argument;
+        erased := NULL;
+        CASE a.kind
         WHEN 'revoke_sessions' THEN
             -- A stale hijacking report still ends the sessions that existed when it was issued.
-            IF (event_id || ':' || positions[i] || ':' || subs[i]) = ANY (stale) THEN
+            IF (event_id || ':' || a.position || ':' || a.sub) = ANY (stale) THEN
                 cutoff := issued;
                 detail := 'stale event: only sessions created up to its iat';
             ELSE
                 cutoff := received;
             END IF;
             UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
-             WHERE sub = subs[i] AND revoked_at IS NULL AND created_at <= cutoff;
+             WHERE sub = a.sub AND revoked_at IS NULL AND created_at <= cutoff;
             GET DIAGNOSTICS affected = ROW_COUNT;
             -- ID tokens issued up to the cutoff no longer sign the user in.
-            INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (subs[i], cutoff)
+            INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
             ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
              WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
-        -- Separate statements, not one UNION of the lookups: each uses its own index, and the union was slower.
+        -- The grants each kind erases, each found through its own index; then one erasure for all three.
         WHEN 'delete_grants' THEN
-            UPDATE risc_grants
-               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
-                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE sub = subs[i] AND revoked_at IS NULL;
-            GET DIAGNOSTICS affected = ROW_COUNT;
+            erased := ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = a.sub AND g.revoked_at IS NULL);
         -- token-revoked names a token of one of the SET's audiences: grants of other clients are not touched.
         WHEN 'delete_grant_by_prefix' THEN
-            UPDATE risc_grants
-               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
-                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE token_prefix = arguments[i]
-               AND client_id IN (SELECT json_array_elements_text(client_ids[i]::json));
-            GET DIAGNOSTICS affected = ROW_COUNT;
-            ambiguous := affected;
+            erased := ARRAY(SELECT g.id FROM risc_grants g
+                             WHERE g.token_prefix = a.argument AND g.client_id IN (SELECT jsonb_array_elements_text(a.client_ids)));
+            ambiguous := cardinality(erased);
         WHEN 'delete_grant_by_hash' THEN
-            UPDATE risc_grants
-               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
-                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE token_hash = arguments[i]
-               AND client_id IN (SELECT json_array_elements_text(client_ids[i]::json));
-            GET DIAGNOSTICS affected = ROW_COUNT;
-            ambiguous := affected;
+            erased := ARRAY(SELECT g.id FROM risc_grants g
+                             WHERE g.token_hash = a.argument AND g.client_id IN (SELECT jsonb_array_elements_text(a.client_ids)));
+            ambiguous := cardinality(erased);
         -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
         -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
             INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
                                          sign_in_state_position)
-            VALUES (subs[i], kinds[i] = 'disable_sign_in', CASE WHEN kinds[i] = 'disable_sign_in' THEN NULLIF(arguments[i], '') END,
-                    issued, event_id, positions[i])
+            VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN a.argument END,
+                    issued, event_id, a.position)
             ON CONFLICT (sub) DO UPDATE
                SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
                    sign_in_state_at = EXCLUDED.sign_in_state_at, sign_in_state_event = EXCLUDED.sign_in_state_event,
@@ -92,44 +102,56 @@ BEGIN
                    <= (EXCLUDED.sign_in_state_at, EXCLUDED.sign_in_state_event, EXCLUDED.sign_in_state_position);
             GET DIAGNOSTICS affected = ROW_COUNT;
             IF affected = 0 THEN
-                stale := stale || (event_id || ':' || positions[i] || ':' || subs[i]);
+                stale := stale || (event_id || ':' || a.position || ':' || a.sub);
                 detail := coalesce(detail || ': ', '') || 'skipped, the account state is newer than the event';
             END IF;
         WHEN 'flag_for_review' THEN
-            INSERT INTO risc_users AS u (sub, review_required) VALUES (subs[i], true)
+            INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
             ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
             GET DIAGNOSTICS affected = ROW_COUNT;
         WHEN 'require_credential_change' THEN
-            INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (subs[i], true)
+            INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
             ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
              WHERE NOT u.credential_change_required;
             GET DIAGNOSTICS affected = ROW_COUNT;
         WHEN 'record_verification', 'skip' THEN
             affected := 0;
         ELSE
-            RAISE EXCEPTION 'unknown action kind %', kinds[i];
+            RAISE EXCEPTION 'unknown action kind %', a.kind;
         END CASE;
+        IF erased IS NOT NULL AND cardinality(erased) > 0 THEN
+            UPDATE risc_grants
+               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
+                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
+             WHERE id = ANY (erased) AND revoked_at IS NULL;
+            GET DIAGNOSTICS affected = ROW_COUNT;
+        END IF;
         out_events := out_events || event_id;
-        out_kinds := out_kinds || kinds[i];
-        out_subs := out_subs || subs[i];
+        out_kinds := out_kinds || a.kind;
+        out_subs := out_subs || a.sub;
         out_details := out_details || detail;
         out_counts := out_counts || affected;
         -- A 16-character prefix can be shared: erasing every match fails safe, and admins are told.
         IF ambiguous > 1 THEN
             out_events := out_events || event_id;
             out_kinds := out_kinds || 'ambiguous_token_identifier'::text;
-            out_subs := out_subs || ''::text;
+            out_subs := out_subs || NULL::text;
             out_details := out_details || ('the identifier matched ' || ambiguous || ' grants; all were erased');
             out_counts := out_counts || ambiguous;
         END IF;
     END LOOP;
 
     INSERT INTO risc_event_actions (event_id, kind, sub, detail, rows_affected)
-    SELECT a.event_id, a.kind, NULLIF(a.sub, ''), a.detail, a.n
-      FROM unnest(out_events, out_kinds, out_subs, out_details, out_counts) AS a(event_id, kind, sub, detail, n);
+    SELECT o.event_id, o.kind, o.sub, o.detail, o.n
+      FROM unnest(out_events, out_kinds, out_subs, out_details, out_counts) AS o(event_id, kind, sub, detail, n);
 
     UPDATE risc_events
        SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL
      WHERE id = ANY (done_events) AND status IN ('pending', 'retry');
+
+    RETURN QUERY
+        SELECT o.kind, count(*)::int8, sum(o.n)::int8
+          FROM unnest(out_kinds, out_counts) AS o(kind, n)
+         GROUP BY o.kind;
 END
 $$;
