@@ -139,6 +139,16 @@ let package = Package(
             dependencies: ["RISC"],
             resources: [.copy("Fixtures")]
         ),
+        // The routes in-process (HummingbirdTesting), with fake stores: no PostgreSQL, no network.
+        .testTarget(
+            name: "RouteTests",
+            dependencies: [
+                "RISC", "RISCKeys", "RISCStore", "RISCServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [

@@ -217,7 +217,7 @@ extension DevTransmitter {
 
     static func form(_ request: Request) async throws -> [String: String] {
         var request = request
-        let body = try await request.collectBody(upTo: 64 * 1024)
+        let body = try await request.collectBody(upTo: RequestLimits.maxBodyBytes)
         return FormEncoding.decode(String(buffer: body))
     }
 }

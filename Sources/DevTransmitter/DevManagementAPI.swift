@@ -126,7 +126,7 @@ extension DevTransmitter {
 
     static func jsonBody(_ request: Request, context: BasicRequestContext) async throws -> JSONValue {
         var request = request
-        let buffer = try await request.collectBody(upTo: 64 * 1024)
+        let buffer = try await request.collectBody(upTo: RequestLimits.maxBodyBytes)
         return (try? JSONValue.parse(Data(buffer: buffer))) ?? .null
     }
 }

@@ -9,35 +9,33 @@ import RISCStore
 /// The admin API under `/admin/v1`, for scripts. Every route needs
 /// `Authorization: Bearer $RISC_ADMIN_TOKEN` (checked by the group's middleware); without that setting the
 /// routes do not exist.
-public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Sendable {
+public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store: AdminStore>: Sendable {
     let adminToken: String
-    let queries: AdminQueries
-    let queue: EventQueue
-    let notifications: NotificationStore
+    let store: Store
 
-    public init(adminToken: String, queries: AdminQueries, queue: EventQueue, notifications: NotificationStore) {
+    public init(adminToken: String, store: Store) {
         self.adminToken = adminToken
-        self.queries = queries
-        self.queue = queue
-        self.notifications = notifications
+        self.store = store
     }
 
     public func addRoutes(to router: Router<Context>) {
         let group = router.group("/admin/v1").requiringBearer(adminToken, as: .admin).add(middleware: DatabaseUnavailable())
         group.get("openapi.json") { _, _ in JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
         group.get("events") { request, _ in try await self.events(request) }
-        group.get("events/:id") { _, context in try await self.event(context.parameters.get("id")) }
-        group.post("events/:id/replay") { _, context in try await self.replay(context.parameters.get("id")) }
+        group.get("events/:id") { _, context in try await self.event(Self.id(context, of: "event")) }
+        group.post("events/:id/replay") { _, context in try await self.replay(Self.id(context, of: "event")) }
         group.get("users/:sub") { _, context in try await self.user(context.parameters.get("sub")) }
-        group.get("stats") { _, _ in JSONResponse.make(status: .ok, json: try await self.queries.stats().jsonValue) }
+        group.get("stats") { _, _ in JSONResponse.make(status: .ok, json: try await self.store.stats().jsonValue) }
         group.get("subscribers") { _, _ in
-            JSONResponse.make(status: .ok, json: ["subscribers": .array(try await self.notifications.subscribers().map(\.jsonValue))])
+            JSONResponse.make(status: .ok, json: ["subscribers": .array(try await self.store.subscribers().map(\.jsonValue))])
         }
-        group.post("subscribers") { request, _ in try await self.addSubscriber(request) }
-        group.delete("subscribers/:id") { _, context in try await self.removeSubscriber(context.parameters.get("id")) }
+        group.post("subscribers") { request, context in try await self.addSubscriber(request, context: context) }
+        group.delete("subscribers/:id") { _, context in try await self.removeSubscriber(Self.id(context, of: "subscriber")) }
         group.get("notifications") { request, _ in try await self.notifications(request) }
-        group.get("notifications/:id") { _, context in try await self.notification(context.parameters.get("id")) }
-        group.post("notifications/:id/replay") { _, context in try await self.replayNotification(context.parameters.get("id")) }
+        group.get("notifications/:id") { _, context in try await self.notification(Self.id(context, of: "notification")) }
+        group.post("notifications/:id/replay") { _, context in
+            try await self.replayNotification(Self.id(context, of: "notification"))
+        }
     }
 
     func events(_ request: Request) async throws -> Response {
@@ -51,22 +49,16 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
         } catch {
             throw Self.invalid(error)
         }
-        return JSONResponse.make(status: .ok, json: try await queries.events(filter).jsonValue)
+        return JSONResponse.make(status: .ok, json: try await store.events(filter).jsonValue)
     }
 
-    func event(_ id: String?) async throws -> Response {
-        guard let id = id.flatMap(Int64.init) else {
-            throw Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
-        }
-        guard let event = try await queries.event(id: id) else { throw APIError(.notFound, "not_found") }
+    func event(_ id: Int64) async throws -> Response {
+        guard let event = try await store.event(id: id) else { throw APIError(.notFound, "not_found") }
         return JSONResponse.make(status: .ok, json: event.jsonValue)
     }
 
-    func replay(_ id: String?) async throws -> Response {
-        guard let id = id.flatMap(Int64.init) else {
-            throw Self.invalid(.init(name: "id", problem: "must be an event id (a number)"))
-        }
-        switch try await queue.replay(id: id) {
+    func replay(_ id: Int64) async throws -> Response {
+        switch try await store.replayEvent(id: id) {
         case .replayed: return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": .string(EventStatus.pending.rawValue)])
         case .notFound: throw APIError(.notFound, "not_found")
         case .ignored:
@@ -76,40 +68,33 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
 
     func user(_ sub: String?) async throws -> Response {
         guard let sub, !sub.isEmpty else { throw Self.invalid(.init(name: "sub", problem: "is required")) }
-        guard let user = try await queries.user(sub: sub) else { throw APIError(.notFound, "not_found") }
+        guard let user = try await store.user(sub: sub) else { throw APIError(.notFound, "not_found") }
         return JSONResponse.make(status: .ok, json: user.jsonValue)
     }
 
     /// `{"url": ..., "secret": ... (optional), "actions": [...] (optional)}` → 201 `{"id", "secret"}`: the only time
     /// the secret is shown.
-    func addSubscriber(_ request: Request) async throws -> Response {
-        var request = request
-        guard let body = try? await request.collectBody(upTo: 64 * 1024), let json = try? JSONValue.parse(Data(buffer: body)),
-            let object = json.objectValue
-        else { throw APIError(.badRequest, "invalid_request", description: "the body must be a JSON object") }
-        guard let url = object["url"]?.stringValue else { throw Self.invalid(.init(name: "url", problem: "is required")) }
-        if let secret = object["secret"], secret.stringValue == nil, secret != .null {
-            throw Self.invalid(.init(name: "secret", problem: "must be a string"))
-        }
+    struct NewSubscriberBody: Decodable {
+        var url: String?
+        var secret: String?
         var actions: [String]?
-        if let list = object["actions"], list != .null {
-            guard let names = list.arrayValue?.compactMap(\.stringValue), names.count == list.arrayValue?.count else {
-                throw Self.invalid(.init(name: "actions", problem: "must be a list of action kinds"))
-            }
-            actions = names
-        }
+    }
+
+    func addSubscriber(_ request: Request, context: Context) async throws -> Response {
+        let body = try await request.decode(as: NewSubscriberBody.self, context: context)
+        guard let url = body.url else { throw Self.invalid(.init(name: "url", problem: "is required")) }
         let subscriber: NotificationStore.NewSubscriber
         do throws(AdminQueries.InvalidParameter) {
-            subscriber = try NotificationStore.NewSubscriber(url: url, secret: object["secret"]?.stringValue, actions: actions)
+            subscriber = try NotificationStore.NewSubscriber(url: url, secret: body.secret, actions: body.actions)
         } catch {
             throw Self.invalid(error)
         }
-        let id = try await notifications.add(subscriber)
+        let id = try await store.addSubscriber(subscriber)
         return JSONResponse.make(status: .created, json: ["id": .number(Double(id)), "secret": .string(subscriber.secret)])
     }
 
-    func removeSubscriber(_ id: String?) async throws -> Response {
-        guard try await notifications.remove(subscriber: try Self.id(id, of: "subscriber")) else { throw APIError(.notFound, "not_found") }
+    func removeSubscriber(_ id: Int64) async throws -> Response {
+        guard try await store.removeSubscriber(id: id) else { throw APIError(.notFound, "not_found") }
         return Response(status: .noContent)
     }
 
@@ -124,19 +109,18 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
         } catch {
             throw Self.invalid(error)
         }
-        return JSONResponse.make(status: .ok, json: try await notifications.notifications(filter).jsonValue)
+        return JSONResponse.make(status: .ok, json: try await store.notifications(filter).jsonValue)
     }
 
-    func notification(_ id: String?) async throws -> Response {
-        guard let record = try await notifications.notification(id: try Self.id(id, of: "notification")) else {
+    func notification(_ id: Int64) async throws -> Response {
+        guard let record = try await store.notification(id: id) else {
             throw APIError(.notFound, "not_found")
         }
         return JSONResponse.make(status: .ok, json: record.jsonValue)
     }
 
-    func replayNotification(_ id: String?) async throws -> Response {
-        let id = try Self.id(id, of: "notification")
-        switch try await notifications.replay(id: id) {
+    func replayNotification(_ id: Int64) async throws -> Response {
+        switch try await store.replayNotification(id: id) {
         case .replayed:
             return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": .string(NotificationStatus.pending.rawValue)])
         case .notFound: throw APIError(.notFound, "not_found")
@@ -151,9 +135,13 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>>: Send
         }
     }
 
-    static func id(_ text: String?, of thing: String) throws -> Int64 {
-        guard let id = text.flatMap(Int64.init) else { throw invalid(.init(name: "id", problem: "must be a \(thing) id (a number)")) }
-        return id
+    /// The route's `:id`, refused with the API's own error body when it is not a number.
+    static func id(_ context: Context, of thing: String) throws -> Int64 {
+        do {
+            return try context.parameters.require("id", as: Int64.self)
+        } catch {
+            throw invalid(.init(name: "id", problem: "must be a \(thing) id (a number)"))
+        }
     }
 
     static func invalid(_ error: AdminQueries.InvalidParameter) -> APIError {

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdAuth
 import NIOCore
+import RISC
 
 /// Which configured bearer secret a request presented; set by `BearerTokenAuthenticator`.
 public enum BearerIdentity: String, Sendable, Equatable {
@@ -21,8 +22,7 @@ public struct AppRequestContext: AuthRequestContext, RequestContext {
         self.identity = nil
     }
 
-    /// JSON request bodies are small; Hummingbird's default is 2 MiB.
-    public var maxUploadSize: Int { 64 * 1024 }
+    public var maxUploadSize: Int { RequestLimits.maxBodyBytes }
     public var requestDecoder: APIRequestDecoder { APIRequestDecoder() }
 }
 

@@ -8,14 +8,11 @@ import RISCMetrics
 import RISCStore
 
 /// `POST /risc/events`: RFC 8935 push delivery. Verifies the SET, commits it, and only then answers 202.
-public struct ReceiverController<Context: RequestContext>: Sendable {
-    /// SETs are small; anything larger is refused before it is parsed.
-    public static var maxBodySize: Int { 64 * 1024 }
-
+public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Sendable {
     let verifier: SETVerifier
-    let inbox: EventInbox
+    let inbox: Inbox
 
-    public init(verifier: SETVerifier, inbox: EventInbox) {
+    public init(verifier: SETVerifier, inbox: Inbox) {
         self.verifier = verifier
         self.inbox = inbox
     }
@@ -39,7 +36,7 @@ public struct ReceiverController<Context: RequestContext>: Sendable {
         var request = request
         let body: ByteBuffer
         do {
-            body = try await request.collectBody(upTo: Self.maxBodySize)
+            body = try await request.collectBody(upTo: RequestLimits.maxBodyBytes)
         } catch {
             return (Response(status: .contentTooLarge), "unparsed", "too_large")
         }

@@ -7,11 +7,11 @@ import RISCMetrics
 import RISCStore
 
 /// Sign-in with a Google ID token, and the session checks the app makes on every call.
-public struct SessionController<Context: RequestContext>: Sendable {
+public struct SessionController<Context: RequestContext, Sessions: SessionStoring>: Sendable {
     let verifier: IDTokenVerifier
-    let sessions: SessionStore
+    let sessions: Sessions
 
-    public init(verifier: IDTokenVerifier, sessions: SessionStore) {
+    public init(verifier: IDTokenVerifier, sessions: Sessions) {
         self.verifier = verifier
         self.sessions = sessions
     }
@@ -24,7 +24,7 @@ public struct SessionController<Context: RequestContext>: Sendable {
 
     func signIn(_ request: Request, context: Context) async throws -> Response {
         var request = request
-        guard let body = try? await request.collectBody(upTo: 64 * 1024), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
+        guard let body = try? await request.collectBody(upTo: RequestLimits.maxBodyBytes), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
         else {
             ServiceMetrics.signIn(outcome: "invalid_token")
             throw APIError(.unauthorized, "invalid_token", description: "the body holds no idtoken")
@@ -39,7 +39,7 @@ public struct SessionController<Context: RequestContext>: Sendable {
         } catch {
             context.logger.warning("Cannot verify ID tokens: the identity provider's keys are unavailable")
             ServiceMetrics.signIn(outcome: "unavailable")
-            throw APIError(.serviceUnavailable, "temporarily_unavailable", retryAfter: 5)
+            throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
         }
         let outcome = try await database(context, metric: true) { try await sessions.signIn(token.profile, issuedAt: token.issuedAt) }
         switch outcome {

@@ -2,7 +2,9 @@ import Logging
 import PostgresNIO
 import Synchronization
 
-public struct TimeoutError: Error {}
+public struct TimeoutError: Error {
+    public init() {}
+}
 
 /// Runs `operation`, throwing `TimeoutError` if it takes longer than `timeout`, or `CancellationError` as soon
 /// as the caller is cancelled. Either way the operation is cancelled but not awaited: a database client

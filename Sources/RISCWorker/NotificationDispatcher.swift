@@ -211,6 +211,9 @@ public final class NotificationDispatcher: Service, Sendable {
         }
     }
 
+    /// How much of a subscriber's answer is read (and dropped), so that its connection can be reused.
+    static let maxReplyBytes = 64 * 1024
+
     /// Nil when the subscriber answered 2xx within the timeout; otherwise why not (never the URL, which may carry
     /// a credential, nor the body).
     private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
@@ -219,7 +222,7 @@ public final class NotificationDispatcher: Service, Sendable {
             return try await withTimeout(timeout) {
                 let response = try await http.execute(request, timeout: .seconds(Int64(timeout.components.seconds) + 1))
                 // Read (and drop) a bounded answer, so the connection can be reused.
-                _ = try? await response.body.collect(upTo: 64 * 1024)
+                _ = try? await response.body.collect(upTo: Self.maxReplyBytes)
                 return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
             }
         } catch is TimeoutError {

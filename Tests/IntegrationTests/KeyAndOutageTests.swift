@@ -81,7 +81,7 @@ struct KeyAndOutageTests {
         }
     }
 
-    @Test("No keys at all (transmitter down from the start) is 503, not 400")
+    @Test("No keys at all (transmitter down from the start) is 503, not 400; sign-in is 503 unavailable, the one 503 code")
     func keysNeverLoaded() async throws {
         // Down before the receiver starts, so its start-up key warm-up fails too.
         var options = Harness.Options()
@@ -89,6 +89,9 @@ struct KeyAndOutageTests {
         try await Harness.with(options) { harness in
             let reply = try await harness.postNewSET()
             #expect(reply.status == 503)
+            let signIn = try await harness.signIn(sub: "keys-never-loaded")
+            #expect(signIn.status == 503 && signIn.error == "unavailable", "\(signIn.status) \(signIn.body)")
+            #expect(signIn.headers["Retry-After"].first == "5")
         }
     }
 

@@ -1,0 +1,65 @@
+import AsyncHTTPClient
+import Logging
+import PostgresNIO
+import RISC
+import RISCConfiguration
+import RISCKeys
+import RISCStore
+
+/// The parts of the service that outlive one request, built once from the configuration.
+public struct ServiceDependencies: Sendable {
+    public let postgres: PostgresClient
+    public let inbox: EventInbox
+    public let transmitterKeys: IssuerKeys
+    public let setPolicy: SETPolicy
+    /// Google's OpenID provider: ID-token keys, token and revocation endpoints.
+    public let identityProvider: IssuerKeys
+    public let idTokenPolicy: IDTokenPolicy
+    public let sessions: SessionStore
+    /// Nil when RISC_SESSION_CACHE=off: every session check then reads the database.
+    public let sessionCache: SessionCache?
+    /// Nil unless the vault is configured (RISC_SERVICE_TOKEN and RISC_VAULT_KEY).
+    public let grants: GrantStore?
+    public let oauth: OAuthClient
+    /// RISC_DATABASE_TIMEOUT: the bound of every call a request makes to the database (the admin API's too).
+    public let databaseTimeout: Duration
+
+    public init(
+        configuration: ServiceConfiguration, httpClient: HTTPClient, logger: Logger,
+        inboxSettings: EventInbox.Settings = .init(), unknownKidRefetchInterval: Double = 30
+    ) throws {
+        // Every request's wait for the database has the one bound, RISC_DATABASE_TIMEOUT.
+        let databaseTimeout = Duration.milliseconds(Int64(configuration.databaseTimeoutSeconds * 1000))
+        self.databaseTimeout = databaseTimeout
+        var inboxSettings = inboxSettings
+        inboxSettings.commitTimeout = databaseTimeout
+        var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
+        postgresConfiguration.options.maximumConnections = max(20, inboxSettings.flushers * 2)
+        postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: logger)
+        let sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
+        self.sessionCache = sessionCache
+        if let sessionCache { inboxSettings.onApplied = { subs in sessionCache.invalidate(subs: subs) } }
+        inbox = EventInbox(client: postgres, settings: inboxSettings, logger: logger)
+        var keySettings = IssuerKeys.Settings(
+            discoveryURL: configuration.riscConfigurationURL, allowedAlgorithms: configuration.allowedAlgorithms)
+        keySettings.unknownKidRefetchInterval = unknownKidRefetchInterval
+        transmitterKeys = IssuerKeys(settings: keySettings, logger: logger)
+        setPolicy = SETPolicy(allowedAlgorithms: configuration.allowedAlgorithms, audiences: Set(configuration.clientIDs))
+
+        var providerSettings = IssuerKeys.Settings(discoveryURL: configuration.openIDConfigurationURL, allowedAlgorithms: ["RS256"])
+        providerSettings.metricsLabel = "openid"
+        providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
+        identityProvider = IssuerKeys(settings: providerSettings, logger: logger)
+        idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
+        sessions = SessionStore(
+            client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds),
+            databaseTimeout: databaseTimeout, logger: logger)
+        if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
+            let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))
+            grants = GrantStore(client: postgres, cipher: cipher, timeout: databaseTimeout, logger: logger)
+        } else {
+            grants = nil
+        }
+        oauth = OAuthClient(httpClient: httpClient, provider: identityProvider, secrets: configuration.clientSecrets)
+    }
+}

@@ -1,0 +1,230 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import RISC
+import RISCKeys
+import RISCServer
+import RISCStore
+import Synchronization
+import Testing
+
+/// The routes run in-process (`app.test(.router)`) against fake stores: what each route parses, refuses and answers,
+/// without PostgreSQL or a network. What the stores do in SQL is the integration tests' part.
+@Suite("Routes, with fake stores")
+struct RouteTests {
+    static let adminToken = "route-test-admin-token-0123456789"
+
+    /// Answers "nothing there" (nil, false, not found), or throws `failure` from every call when it is set.
+    struct FakeAdminStore: AdminStore {
+        struct NotInThisFake: Error {}
+        var failure: (any Error & Sendable)?
+
+        func fail() throws { if let failure { throw failure } }
+        func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage { try fail(); throw NotInThisFake() }
+        func event(id: Int64) async throws -> EventDetail? { try fail(); return nil }
+        func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome { try fail(); return id == 7 ? .ignored : .notFound }
+        func user(sub: String) async throws -> UserReport? { try fail(); return nil }
+        func stats() async throws -> QueueStats { try fail(); throw NotInThisFake() }
+        func subscribers() async throws -> [SubscriberRecord] { try fail(); return [] }
+        func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64 { try fail(); return 42 }
+        func removeSubscriber(id: Int64) async throws -> Bool { try fail(); return false }
+        func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage { try fail(); throw NotInThisFake() }
+        func notification(id: Int64) async throws -> NotificationRecord? { try fail(); return nil }
+        func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome { try fail(); return .pending }
+    }
+
+    /// No session is known; or every call throws `failure`.
+    struct FakeSessions: SessionStoring {
+        var failure: (any Error & Sendable)?
+        var revoked: Set<String> = []
+
+        func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SessionStore.SignInOutcome {
+            if let failure { throw failure }
+            return .signInDisabled
+        }
+        func lookup(token: String) async throws -> SessionStore.Lookup {
+            if let failure { throw failure }
+            return revoked.contains(token) ? .revoked : .invalid
+        }
+        func end(token: String) async throws -> Bool {
+            if let failure { throw failure }
+            return false
+        }
+    }
+
+    /// Counts what reaches it: a refused SET must not.
+    final class FakeInbox: SETStore {
+        let stored = Mutex(0)
+        func store(_ event: InboundEvent) async throws -> EventInbox.Outcome {
+            stored.withLock { $0 += 1 }
+            return .stored
+        }
+    }
+
+    /// Keys that are never fetched: the discovery URL is never asked for by the requests these tests make.
+    static func keys() -> IssuerKeys {
+        IssuerKeys(settings: .init(discoveryURL: "https://keys.invalid/.well-known", allowedAlgorithms: ["RS256"]), logger: Logger(label: "test"))
+    }
+
+    static func application(
+        admin: FakeAdminStore = .init(), sessions: FakeSessions = .init(), inbox: FakeInbox = .init()
+    ) -> some ApplicationProtocol {
+        let router = Router(context: AppRequestContext.self)
+        AdminController<AppRequestContext, FakeAdminStore>(adminToken: adminToken, store: admin).addRoutes(to: router)
+        SessionController<AppRequestContext, FakeSessions>(
+            verifier: IDTokenVerifier(keys: keys(), policy: IDTokenPolicy(audiences: ["client"])), sessions: sessions
+        ).addRoutes(to: router)
+        ReceiverController<AppRequestContext, FakeInbox>(
+            verifier: SETVerifier(keys: keys(), policy: SETPolicy(audiences: ["client"])), inbox: inbox
+        ).addRoutes(to: router)
+        return Application(router: router)
+    }
+
+    static let bearer: HTTPFields = [.authorization: "Bearer \(adminToken)"]
+
+    static func json(_ buffer: ByteBuffer) -> [String: JSONValue] {
+        (try? JSONValue.parse(Data(buffer: buffer)))?.objectValue ?? [:]
+    }
+
+    @Test("Admin ids that are not numbers are invalid_parameter id, on every route that takes one; unknown ids are 404")
+    func adminIDs() async throws {
+        try await Self.application().test(.router) { client in
+            for (method, path) in [
+                (HTTPRequest.Method.get, "/admin/v1/events/abc"), (.post, "/admin/v1/events/1x/replay"),
+                (.delete, "/admin/v1/subscribers/-"), (.get, "/admin/v1/notifications/9999999999999999999999"),
+                (.post, "/admin/v1/notifications/one/replay"),
+            ] {
+                try await client.execute(uri: path, method: method, headers: Self.bearer) { response in
+                    #expect(response.status == .badRequest, "\(path)")
+                    let body = Self.json(response.body)
+                    #expect(body["error"] == "invalid_parameter" && body["parameter"] == "id", "\(path): \(body)")
+                }
+            }
+            for (method, path) in [
+                (HTTPRequest.Method.get, "/admin/v1/events/1"), (.post, "/admin/v1/events/1/replay"),
+                (.delete, "/admin/v1/subscribers/1"), (.get, "/admin/v1/notifications/1"), (.get, "/admin/v1/users/nobody"),
+            ] {
+                try await client.execute(uri: path, method: method, headers: Self.bearer) { response in
+                    #expect(response.status == .notFound, "\(path)")
+                    #expect(Self.json(response.body)["error"] == "not_found", "\(path)")
+                }
+            }
+            // An event with no known type, and a notification still pending, cannot be replayed.
+            for path in ["/admin/v1/events/7/replay", "/admin/v1/notifications/1/replay"] {
+                try await client.execute(uri: path, method: .post, headers: Self.bearer) { response in
+                    #expect(response.status == .conflict && Self.json(response.body)["error"] == "not_replayable", "\(path)")
+                }
+            }
+        }
+    }
+
+    @Test("The admin API refuses a missing or wrong bearer token before any store call, with one 401 body")
+    func adminBearer() async throws {
+        try await Self.application(admin: .init(failure: FakeAdminStore.NotInThisFake())).test(.router) { client in
+            for headers: HTTPFields in [[:], [.authorization: "Bearer wrong"], [.authorization: "Basic \(Self.adminToken)"]] {
+                try await client.execute(uri: "/admin/v1/stats", method: .get, headers: headers) { response in
+                    #expect(response.status == .unauthorized)
+                    #expect(Self.json(response.body)["error"] == "unauthorized")
+                }
+            }
+        }
+    }
+
+    @Test("A listing refuses an unknown or malformed parameter by name, before asking the store")
+    func adminParameters() async throws {
+        try await Self.application(admin: .init(failure: FakeAdminStore.NotInThisFake())).test(.router) { client in
+            for (path, parameter) in [
+                ("/admin/v1/events?stauts=dead", "stauts"), ("/admin/v1/events?status=finished", "status"),
+                ("/admin/v1/events?limit=0", "limit"), ("/admin/v1/notifications?subscriber=x", "subscriber"),
+            ] {
+                try await client.execute(uri: path, method: .get, headers: Self.bearer) { response in
+                    #expect(response.status == .badRequest, "\(path)")
+                    let body = Self.json(response.body)
+                    #expect(body["error"] == "invalid_parameter" && body["parameter"] == .string(parameter), "\(path): \(body)")
+                }
+            }
+        }
+    }
+
+    @Test("A subscriber body is decoded: not JSON or the wrong shape is invalid_request, no url or a bad one names url")
+    func addSubscriber() async throws {
+        try await Self.application().test(.router) { client in
+            let cases: [(String, String, String?)] = [
+                ("not json", "invalid_request", nil), (#"{"url": 5}"#, "invalid_request", nil), ("{}", "invalid_parameter", "url"),
+                (#"{"url": "http://hooks.example.com/x"}"#, "invalid_parameter", "url"),
+                (#"{"url": "https://hooks.example.com/x", "actions": ["nope"]}"#, "invalid_parameter", "actions"),
+            ]
+            for (body, error, parameter) in cases {
+                try await client.execute(
+                    uri: "/admin/v1/subscribers", method: .post, headers: [.authorization: "Bearer \(Self.adminToken)", .contentType: "application/json"],
+                    body: ByteBuffer(string: body)
+                ) { response in
+                    #expect(response.status == .badRequest, "\(body)")
+                    let answer = Self.json(response.body)
+                    #expect(answer["error"] == .string(error), "\(body): \(answer)")
+                    #expect(answer["parameter"] == parameter.map(JSONValue.string), "\(body): \(answer)")
+                }
+            }
+            try await client.execute(
+                uri: "/admin/v1/subscribers", method: .post, headers: Self.bearer,
+                body: ByteBuffer(string: #"{"url": "https://hooks.example.com/x"}"#)
+            ) { response in
+                #expect(response.status == .created)
+                let answer = Self.json(response.body)
+                #expect(answer["id"] == 42 && answer["secret"]?.stringValue?.hasPrefix("whsec_") == true, "\(answer)")
+            }
+        }
+    }
+
+    @Test("The database unavailable is 503 unavailable with Retry-After, on the admin API and the session routes alike")
+    func unavailable() async throws {
+        let app = Self.application(admin: .init(failure: TimeoutError()), sessions: .init(failure: TimeoutError()))
+        try await app.test(.router) { client in
+            for (method, path, headers) in [
+                (HTTPRequest.Method.get, "/admin/v1/subscribers", Self.bearer), (.get, "/v1/session", [.authorization: "Bearer s"]),
+                (.delete, "/v1/session", [.authorization: "Bearer s"]),
+            ] as [(HTTPRequest.Method, String, HTTPFields)] {
+                try await client.execute(uri: path, method: method, headers: headers) { response in
+                    #expect(response.status == .serviceUnavailable, "\(path)")
+                    #expect(Self.json(response.body)["error"] == "unavailable", "\(path)")
+                    #expect(response.headers[.retryAfter] == "5", "\(path)")
+                }
+            }
+        }
+    }
+
+    @Test("Session checks: no bearer or an unknown session is invalid_session, a revoked one session_revoked")
+    func sessions() async throws {
+        try await Self.application(sessions: .init(revoked: ["gone"])).test(.router) { client in
+            for (headers, error) in [([:], "invalid_session"), ([.authorization: "Bearer nope"], "invalid_session"),
+                                     ([.authorization: "Bearer gone"], "session_revoked")] as [(HTTPFields, String)] {
+                try await client.execute(uri: "/v1/session", method: .get, headers: headers) { response in
+                    #expect(response.status == .unauthorized && Self.json(response.body)["error"] == .string(error))
+                }
+            }
+            try await client.execute(uri: "/tokensignin", method: .post, body: ByteBuffer(string: "nothing=here")) { response in
+                #expect(response.status == .unauthorized && Self.json(response.body)["error"] == "invalid_token")
+            }
+        }
+    }
+
+    @Test("The receiver: a body over the limit is 413, a malformed SET 400 invalid_request; neither reaches the inbox")
+    func receiver() async throws {
+        let inbox = FakeInbox()
+        try await Self.application(inbox: inbox).test(.router) { client in
+            let headers: HTTPFields = [.contentType: "application/secevent+jwt"]
+            try await client.execute(
+                uri: "/risc/events", method: .post, headers: headers,
+                body: ByteBuffer(repeating: UInt8(ascii: "a"), count: RequestLimits.maxBodyBytes + 1)
+            ) { response in
+                #expect(response.status == .contentTooLarge)
+            }
+            try await client.execute(uri: "/risc/events", method: .post, headers: headers, body: ByteBuffer(string: "a.b")) { response in
+                #expect(response.status == .badRequest)
+                #expect(Self.json(response.body)["err"] == "invalid_request")
+            }
+        }
+        #expect(inbox.stored.withLock { $0 } == 0)
+    }
+}
