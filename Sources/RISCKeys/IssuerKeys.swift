@@ -5,26 +5,16 @@ import Logging
 import RISCMetrics
 import Synchronization
 
-/// Why no key could be had for a token.
-public enum KeyLookupError: Error, Sendable, Equatable {
-    /// The `kid` is not in the JWKS, even after a refetch (or the refetch is rate-limited), or the key
-    /// does not verify the header's algorithm.
+/// Why a token's key could not be had, or its signature did not verify with it.
+public enum KeyFailure: Error, Sendable, Equatable {
+    /// The `kid` is not in the JWKS, even after a refetch, or the key does not verify the header's algorithm.
     case unknownKey
     /// The discovery document or JWKS could not be fetched and the `kid` is not cached: the sender should retry.
     case keysUnavailable
     /// The `kid` is unknown and the last refetch was too recent to try another: the key may have just been
     /// rotated in, so the sender should retry after this many seconds rather than be refused for good.
     case coolingDown(retryAfter: Int)
-}
-
-/// Why a token's signature could not be accepted.
-public enum SignatureFailure: Error, Sendable, Equatable {
-    /// No key of the issuer has this `kid` for this algorithm, even after a refetch.
-    case unknownKey
-    /// The keys could not be fetched and the `kid` is not cached: the sender should retry.
-    case keysUnavailable
-    /// An unknown `kid` while refetching is rate-limited: retry after this many seconds.
-    case coolingDown(retryAfter: Int)
+    /// The key was found, and the signature does not verify with it.
     case badSignature
 }
 
@@ -115,7 +105,7 @@ public actor IssuerKeys {
     }
 
     /// The discovery document's OAuth endpoints, loading it first if it never was.
-    public func oauthEndpoints() async throws(KeyLookupError) -> Endpoints {
+    public func oauthEndpoints() async throws(KeyFailure) -> Endpoints {
         if issuer == nil {
             do { try await refreshNow() } catch { throw .keysUnavailable }
         }
@@ -126,30 +116,21 @@ public actor IssuerKeys {
     /// for the caller's issuer check. Shared by SET and ID-token verification.
     public nonisolated func verifySignature(
         kid: String, alg: String, signature: Data, signingInput: Data
-    ) async throws(SignatureFailure) -> String {
-        let key: ResolvedKey
-        do {
-            key = try await resolve(kid: kid, alg: alg)
-        } catch .unknownKey {
-            throw .unknownKey
-        } catch .coolingDown(let seconds) {
-            throw .coolingDown(retryAfter: seconds)
-        } catch {
-            throw .keysUnavailable
-        }
+    ) async throws(KeyFailure) -> String {
+        let key = try await resolve(kid: kid, alg: alg)
         guard (try? key.algorithm.verify(signature, signs: signingInput)) == true else { throw .badSignature }
         return key.issuer
     }
 
     /// The key for a token's `kid` and `alg`: from the lock-free snapshot when it is there, else from the actor
     /// (which may refetch).
-    public nonisolated func resolve(kid: String, alg: String) async throws(KeyLookupError) -> ResolvedKey {
+    public nonisolated func resolve(kid: String, alg: String) async throws(KeyFailure) -> ResolvedKey {
         if let cached = cachedKey(kid: kid, alg: alg) { return cached }
         return try await key(kid: kid, alg: alg)
     }
 
     /// The key for a token's `kid` and `alg`.
-    public func key(kid: String, alg: String) async throws(KeyLookupError) -> ResolvedKey {
+    public func key(kid: String, alg: String) async throws(KeyFailure) -> ResolvedKey {
         let now = clock()
         if issuer == nil {
             // Never loaded: try now, but do not hammer a transmitter that just failed.

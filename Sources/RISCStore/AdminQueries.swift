@@ -146,13 +146,14 @@ public struct AdminQueries: Sendable {
                 FROM risc_events WHERE id = \(id)
                 """, logger: logger)
             var found: EventDetail?
-            for try await row in rows.decode(
-                (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
+            for try await (id, jti, types, sub, status, attempts, receivedAt, completedAt, issuer, issuedAt, runAfter, lastError, claims, events)
+                in rows.decode(
+                    (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
             {
-                let summary = EventSummary(row: (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7))
+                let summary = EventSummary(row: (id, jti, types, sub, status, attempts, receivedAt, completedAt))
                 found = EventDetail(
-                    summary: summary, issuer: row.8, issuedAt: row.9, runAfter: EventStatus.waiting.contains(summary.status) ? row.10 : nil,
-                    lastError: row.11, claimsJSON: row.12, decodedEvents: SecurityEvent.stored(row.13.utf8), actions: [])
+                    summary: summary, issuer: issuer, issuedAt: issuedAt, runAfter: EventStatus.waiting.contains(status) ? runAfter : nil,
+                    lastError: lastError, claimsJSON: claims, decodedEvents: SecurityEvent.stored(events.utf8), actions: [])
             }
             guard var detail = found else { return nil }
             for try await (kind, sub, text, count, appliedAt) in try await connection.query(
@@ -169,17 +170,19 @@ public struct AdminQueries: Sendable {
     public func user(sub: String) async throws -> UserReport? {
         try await bounded { connection in
             var report = UserReport(sub: sub, account: nil, flags: AccountFlags(), sessions: .init(), grants: .init(), recentEvents: [])
-            for try await row in try await connection.query(
+            for try await (email, emailVerified, name, hd, signInDisabled, disabledReason, signInStateAt, reviewRequired,
+                           credentialChangeRequired, firstSeenAt, lastSignInAt) in try await connection.query(
                 """
                 SELECT email, email_verified, name, hd, sign_in_disabled, disabled_reason, sign_in_state_at, review_required,
                        credential_change_required, created_at, last_sign_in_at
                 FROM risc_users WHERE sub = \(sub)
                 """, logger: logger
             ).decode((String?, Bool?, String?, String?, Bool, String?, Date?, Bool, Bool, Date, Date?).self) {
-                report.flags = AccountFlags(signInDisabled: row.4, reviewRequired: row.7, credentialChangeRequired: row.8)
+                report.flags = AccountFlags(
+                    signInDisabled: signInDisabled, reviewRequired: reviewRequired, credentialChangeRequired: credentialChangeRequired)
                 report.account = .init(
-                    email: row.0, emailVerified: row.1, name: row.2, hd: row.3, disabledReason: row.5, signInStateAt: row.6,
-                    firstSeenAt: row.9, lastSignInAt: row.10)
+                    email: email, emailVerified: emailVerified, name: name, hd: hd, disabledReason: disabledReason,
+                    signInStateAt: signInStateAt, firstSeenAt: firstSeenAt, lastSignInAt: lastSignInAt)
             }
             for try await (active, revoked) in try await connection.query(
                 """

@@ -25,8 +25,9 @@ public struct EventSummary: Sendable, Equatable {
     typealias Row = (Int64, String, [String], String?, EventStatus, Int32, Date, Date?)
 
     init(row: Row) {
-        (id, jti, types, sub, status) = (row.0, row.1, row.2, row.3, row.4)
-        (attempts, receivedAt, completedAt) = (Int(row.5), row.6, row.7)
+        let (id, jti, types, sub, status, attempts, receivedAt, completedAt) = row
+        (self.id, self.jti, self.types, self.sub, self.status) = (id, jti, types, sub, status)
+        (self.attempts, self.receivedAt, self.completedAt) = (Int(attempts), receivedAt, completedAt)
     }
 
     public var type: String { types.first ?? "" }

@@ -29,12 +29,15 @@ public struct DeliveryProbes: Sendable {
                      WHERE latest.id IS NULL OR changed_at >= coalesce(latest.stream_read_at, latest.requested_at))
             FROM (SELECT 1) AS one LEFT JOIN latest ON true
             """, logger: logger)
-        for try await row in rows.decode((Date?, Double?, Int64, Bool?, String?, [String]?, String?, Date?).self) {
-            facts.lastVerifiedAt = row.0
-            facts.roundTripSeconds = row.1
-            facts.probesTimedOut = Int(row.2)
-            (facts.streamEnabled, facts.reportedDeliveryURL, facts.reportedEventTypes, facts.managementError) = (row.3, row.4, row.5, row.6)
-            facts.streamChangedAfterProbe = row.7
+        for try await (lastArrival, roundTrip, timedOut, streamEnabled, deliveryURL, eventTypes, managementError, changedAfter)
+            in rows.decode((Date?, Double?, Int64, Bool?, String?, [String]?, String?, Date?).self)
+        {
+            facts.lastVerifiedAt = lastArrival
+            facts.roundTripSeconds = roundTrip
+            facts.probesTimedOut = Int(timedOut)
+            (facts.streamEnabled, facts.reportedDeliveryURL, facts.reportedEventTypes) = (streamEnabled, deliveryURL, eventTypes)
+            facts.managementError = managementError
+            facts.streamChangedAfterProbe = changedAfter
         }
         return facts
     }

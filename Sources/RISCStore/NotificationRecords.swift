@@ -50,13 +50,15 @@ public struct NotificationRecord: Sendable, Equatable {
     )
 
     init(row: Row) {
-        (id, webhookID, subscriberID) = (row.0, row.1, row.2)
+        let (id, webhookID, subscriberID, kind, sub, count, eventID, jti, eventType, occurredAt, actionID, status, attempts,
+             nextAttemptAt, lastAttemptAt, lastError, deliveredAt) = row
+        (self.id, self.webhookID, self.subscriberID) = (id, webhookID, subscriberID)
         notification = ActionNotification(
-            kind: row.3, sub: row.4.isEmpty ? nil : row.4, count: Int(row.5), eventID: row.6, jti: row.7, eventType: row.8,
-            occurredAt: row.9)
-        (actionID, status, attempts) = (row.10, row.11, Int(row.12))
-        nextAttemptAt = status == .pending ? row.13 : nil
-        (lastAttemptAt, lastError, deliveredAt) = (row.14, row.15, row.16)
+            kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+            occurredAt: occurredAt)
+        (self.actionID, self.status, self.attempts) = (actionID, status, Int(attempts))
+        self.nextAttemptAt = status == .pending ? nextAttemptAt : nil
+        (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)
     }
 
     public var jsonValue: JSONValue {

@@ -96,8 +96,8 @@ public struct NotificationStore: Sendable {
             let rows = try await connection.query(
                 """
                 SELECT s.id, s.url, s.actions, s.configured, s.created_at,
-                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'pending')::int8,
-                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = 'dead')::int8
+                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = \(NotificationStatus.pending))::int8,
+                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = \(NotificationStatus.dead))::int8
                 FROM risc_subscribers s ORDER BY s.id
                 """, logger: logger)
             for try await (id, url, actions, configured, createdAt, pending, dead) in rows.decode(
@@ -266,14 +266,16 @@ public struct NotificationStore: Sendable {
                           n.attempts, s.id, s.url, s.secret
                 """, logger: logger)
             var claimed: [Delivery] = []
-            for try await row in rows.decode((Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String).self) {
+            for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, secret)
+                in rows.decode((Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String).self)
+            {
                 let notification = ActionNotification(
-                    kind: row.2, sub: row.3.isEmpty ? nil : row.3, count: Int(row.4), eventID: row.5, jti: row.6, eventType: row.7,
-                    occurredAt: row.8)
+                    kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+                    occurredAt: occurredAt)
                 claimed.append(
                     Delivery(
-                        id: row.0, webhookID: row.1, notification: notification, attempt: Int(row.9), subscriberID: row.10, url: row.11,
-                        secret: row.12))
+                        id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
+                        url: url, secret: secret))
             }
             return claimed.sorted { $0.id < $1.id }
         }

@@ -132,7 +132,7 @@ struct KeyFetchingTests {
                 publisher.answers.withLock { $0.jwks = useless }
                 clock.advance(3600)
                 // An unknown kid forces a refetch; it brings nothing usable.
-                await #expect(throws: KeyLookupError.self) { try await keys.key(kid: "unknown", alg: "RS256") }
+                await #expect(throws: KeyFailure.self) { try await keys.key(kid: "unknown", alg: "RS256") }
                 let kept = try? await keys.key(kid: signer.currentKid, alg: "RS256")
                 #expect(kept != nil, "the working key was dropped for \(useless.serialized)")
             }
