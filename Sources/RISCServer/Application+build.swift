@@ -38,7 +38,7 @@ public func buildApplication(
         AdminController<AppRequestContext, PostgresAdminStore>(adminToken: adminToken, store: store).addRoutes(to: router)
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {
-        VaultController<AppRequestContext>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)
+        VaultController<AppRequestContext, GrantStore>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)
             .addRoutes(to: router)
     }
 

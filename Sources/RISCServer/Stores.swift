@@ -22,6 +22,15 @@ public protocol SessionStoring: Sendable {
 
 extension SessionStore: SessionStoring {}
 
+/// The refresh-token vault: `GrantStore`.
+public protocol GrantStoring: Sendable {
+    func store(sub: String, clientID: String, scopes: [String], refreshToken: String) async throws -> UUID
+    func lookup(id: UUID) async throws -> GrantStore.Lookup
+    func delete(id: UUID) async throws -> Bool
+}
+
+extension GrantStore: GrantStoring {}
+
 /// What the admin API reads and changes: `PostgresAdminStore`.
 public protocol AdminStore: Sendable {
     func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage

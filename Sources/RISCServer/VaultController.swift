@@ -9,12 +9,12 @@ import RISCStore
 /// The refresh-token vault, for the app's own backend. Every route needs
 /// `Authorization: Bearer $RISC_SERVICE_TOKEN` (checked by the group's middleware); without that setting the
 /// routes do not exist. Bodies are decoded by the context's decoder, which refuses with `APIError` bodies.
-public struct VaultController<Context: AuthRequestContext<BearerIdentity>>: Sendable {
+public struct VaultController<Context: AuthRequestContext<BearerIdentity>, Grants: GrantStoring>: Sendable {
     let serviceToken: String
-    let grants: GrantStore
+    let grants: Grants
     let oauth: OAuthClient
 
-    public init(serviceToken: String, grants: GrantStore, oauth: OAuthClient) {
+    public init(serviceToken: String, grants: Grants, oauth: OAuthClient) {
         self.serviceToken = serviceToken
         self.grants = grants
         self.oauth = oauth

@@ -62,13 +62,25 @@ struct RouteTests {
         }
     }
 
+    /// One revoked grant; everything else unknown. Stores count what reaches them.
+    final class FakeGrants: GrantStoring {
+        static let revokedID = UUID()
+        let stored = Mutex(0)
+        func store(sub: String, clientID: String, scopes: [String], refreshToken: String) async throws -> UUID {
+            stored.withLock { $0 += 1 }
+            return UUID()
+        }
+        func lookup(id: UUID) async throws -> GrantStore.Lookup { id == Self.revokedID ? .revoked : .notFound }
+        func delete(id: UUID) async throws -> Bool { id == Self.revokedID }
+    }
+
     /// Keys that are never fetched: the discovery URL is never asked for by the requests these tests make.
     static func keys() -> IssuerKeys {
         IssuerKeys(settings: .init(discoveryURL: "https://keys.invalid/.well-known", allowedAlgorithms: ["RS256"]), logger: Logger(label: "test"))
     }
 
     static func application(
-        admin: FakeAdminStore = .init(), sessions: FakeSessions = .init(), inbox: FakeInbox = .init()
+        admin: FakeAdminStore = .init(), sessions: FakeSessions = .init(), inbox: FakeInbox = .init(), grants: FakeGrants = .init()
     ) -> some ApplicationProtocol {
         let router = Router(context: AppRequestContext.self)
         AdminController<AppRequestContext, FakeAdminStore>(adminToken: adminToken, store: admin).addRoutes(to: router)
@@ -78,8 +90,13 @@ struct RouteTests {
         ReceiverController<AppRequestContext, FakeInbox>(
             verifier: SETVerifier(keys: keys(), policy: SETPolicy(audiences: ["client"])), inbox: inbox
         ).addRoutes(to: router)
+        VaultController<AppRequestContext, FakeGrants>(
+            serviceToken: serviceToken, grants: grants, oauth: OAuthClient(httpClient: .shared, provider: keys(), secrets: [])
+        ).addRoutes(to: router)
         return Application(router: router)
     }
+
+    static let serviceToken = "route-test-service-token-0123456789"
 
     static let bearer: HTTPFields = [.authorization: "Bearer \(adminToken)"]
 
@@ -207,6 +224,35 @@ struct RouteTests {
                 #expect(response.status == .unauthorized && Self.json(response.body)["error"] == "invalid_token")
             }
         }
+    }
+
+    @Test("The vault: the service token is required; a bad or unknown id is 404, a revoked grant 410, a bad body 400")
+    func vault() async throws {
+        let grants = FakeGrants()
+        try await Self.application(grants: grants).test(.router) { client in
+            let service: HTTPFields = [.authorization: "Bearer \(Self.serviceToken)", .contentType: "application/json"]
+            try await client.execute(uri: "/v1/grants", method: .post, headers: [.authorization: "Bearer \(Self.adminToken)"]) { response in
+                #expect(response.status == .unauthorized)
+            }
+            for path in ["/v1/grants/not-a-uuid/token", "/v1/grants/\(UUID())/token"] {
+                try await client.execute(uri: path, method: .post, headers: service) { response in
+                    #expect(response.status == .notFound && Self.json(response.body)["error"] == "not_found", "\(path)")
+                }
+            }
+            try await client.execute(uri: "/v1/grants/\(FakeGrants.revokedID)/token", method: .post, headers: service) { response in
+                #expect(response.status == .gone && Self.json(response.body)["error"] == "grant_revoked")
+            }
+            // Revoked by an event: nothing left to revoke at Google, so the row just goes.
+            try await client.execute(uri: "/v1/grants/\(FakeGrants.revokedID)", method: .delete, headers: service) { response in
+                #expect(response.status == .noContent)
+            }
+            for body in [#"{"sub": "u"}"#, #"{"sub": "u", "refresh_token": "t\u0001", "client_id": "c"}"#, "[]"] {
+                try await client.execute(uri: "/v1/grants", method: .post, headers: service, body: ByteBuffer(string: body)) { response in
+                    #expect(response.status == .badRequest && Self.json(response.body)["error"] == "invalid_request", "\(body)")
+                }
+            }
+        }
+        #expect(grants.stored.withLock { $0 } == 0)
     }
 
     @Test("The receiver: a body over the limit is 413, a malformed SET 400 invalid_request; neither reaches the inbox")
