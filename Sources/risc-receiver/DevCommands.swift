@@ -54,7 +54,9 @@ struct DevTransmitterCommand: AsyncParsableCommand {
                     "receiver": "\(receiver)",
                 ])
         }
-        try await app.runService()
+        // Bounded like serve: a request still in flight (a push to a receiver that is itself stopping) cannot
+        // hold SIGTERM open.
+        try await Bootstrap.runUntilSignalled([.init(service: app)], shutdownTimeout: Dev.shutdownTimeout, logger: logger)
     }
 }
 
@@ -231,6 +233,8 @@ struct DevWebhookSink: AsyncParsableCommand {
             // Unbuffered, so a pipe sees each delivery as it arrives.
             FileHandle.standardOutput.write(Data((line.serialized + "\n").utf8))
         }
-        try await app.runService()
+        // Bounded like serve: a request still in flight (a push to a receiver that is itself stopping) cannot
+        // hold SIGTERM open.
+        try await Bootstrap.runUntilSignalled([.init(service: app)], shutdownTimeout: Dev.shutdownTimeout, logger: logger)
     }
 }

@@ -43,4 +43,7 @@ struct Dev: AsyncParsableCommand {
         abstract: "A local stand-in for Google, for development and tests.",
         subcommands: [DevTransmitterCommand.self, DevSend.self, DevIDToken.self, DevWebhookSink.self]
     )
+
+    /// Seconds SIGTERM waits for the development servers' in-flight requests.
+    static let shutdownTimeout: Double = 5
 }
