@@ -195,7 +195,7 @@ public enum ConfigVariables {
     }
 
     public static let migrationsDirectory = ConfigVariable<String>(
-        "RISC_MIGRATIONS_DIR", default: .unset, help: "a directory of `NNNN_name.sql` files to use instead (`--migrations DIR` overrides it)",
+        "RISC_MIGRATIONS_DIR", default: .unset, help: "a directory of `NNNN_name.sql` files and `routines/NAME.sql` to use instead (`--migrations DIR` overrides it)",
         note: "the migrations built into the binary"
     ) { _ in true }
 
@@ -223,7 +223,7 @@ public enum ConfigVariables {
     public static let all: [any ConfigVariableDocumentation] =
         ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL]
 
-    /// The configuration reference's table of variables; `risc-receiver config variables` prints it, and a test holds README.md to it.
+    /// The configuration reference's table of variables; `risc-receiver config variables` prints it, and a test holds docs/configuration.md to it.
     /// A command's help text about its variables: name, default and meaning, from the same descriptions.
     public static func environmentHelp(_ variables: [any ConfigVariableDocumentation]) -> String {
         let lines = variables.map { variable in

@@ -11,13 +11,13 @@ import ServiceLifecycle
 /// Wires routes and services into one application. The Postgres client starts first and stops last.
 public func buildApplication(
     configuration: ServiceConfiguration, dependencies: ServiceDependencies, logger: Logger,
-    expectedMigrations: [String]? = nil, extraServices: [any Service] = [],
+    expectedSchema: Migrator? = nil, extraServices: [any Service] = [],
     onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let router = Router(context: AppRequestContext.self)
     _ = Telemetry.registry  // bootstraps swift-metrics before the first metric is recorded
     OperationsController<AppRequestContext>(
-        postgres: dependencies.postgres, expectedMigrations: expectedMigrations,
+        postgres: dependencies.postgres, expected: expectedSchema,
         keys: [("risc_keys", dependencies.transmitterKeys), ("openid_keys", dependencies.identityProvider)],
         // A scrape reads the backlog within 1 s, or goes without it.
         queries: AdminQueries(client: dependencies.postgres, timeout: .seconds(1), logger: logger)

@@ -13,14 +13,14 @@ import ServiceLifecycle
 public struct OperationsController<Context: RequestContext>: Sendable {
     static var logger: Logger { Logger(label: "risc-receiver.readiness") }
     let postgres: PostgresClient
-    /// The migration versions this build ships; nil when the directory could not be found.
-    let expectedMigrations: [String]?
+    /// The migrations and routines this build ships; nil when the directory could not be found.
+    let expected: Migrator?
     let keys: [(name: String, keys: IssuerKeys)]
     let queries: AdminQueries
 
-    public init(postgres: PostgresClient, expectedMigrations: [String]?, keys: [(name: String, keys: IssuerKeys)], queries: AdminQueries) {
+    public init(postgres: PostgresClient, expected: Migrator?, keys: [(name: String, keys: IssuerKeys)], queries: AdminQueries) {
         self.postgres = postgres
-        self.expectedMigrations = expectedMigrations
+        self.expected = expected
         self.keys = keys
         self.queries = queries
     }
@@ -35,19 +35,17 @@ public struct OperationsController<Context: RequestContext>: Sendable {
         var checks: [String: JSONValue] = [:]
         var missing: [JSONValue] = []
         do {
-            let applied = try await self.appliedMigrations()
+            // Within 2 s, or the database counts as unreachable (and the connection is closed, not left leased).
+            let pending = try await (expected ?? Migrator(migrations: [])).pending(client: postgres, timeout: .seconds(2), logger: Self.logger)
             checks["database"] = "ok"
-            if let expected = expectedMigrations {
-                let pending = expected.filter { !applied.contains($0) }
-                if pending.isEmpty {
-                    checks["migrations"] = "ok"
-                } else {
-                    checks["migrations"] = .string("pending: " + pending.joined(separator: ", "))
-                    missing.append("migrations")
-                }
+            if let pending, !pending.isEmpty, expected != nil {
+                checks["migrations"] = .string("pending: " + pending.joined(separator: ", "))
+                missing.append("migrations")
+            } else if pending == nil {
+                checks["migrations"] = "none applied"
+                missing.append("migrations")
             } else {
-                checks["migrations"] = applied.isEmpty ? "none applied" : "unchecked (migrations directory not found)"
-                if applied.isEmpty { missing.append("migrations") }
+                checks["migrations"] = expected == nil ? "unchecked (migrations directory not found)" : "ok"
             }
         } catch {
             checks["database"] = "unreachable"
@@ -66,11 +64,6 @@ public struct OperationsController<Context: RequestContext>: Sendable {
         return JSONResponse.make(
             status: ready ? .ok : .serviceUnavailable,
             json: ["status": ready ? "ready" : "not_ready", "checks": .object(checks), "missing": .array(missing)])
-    }
-
-    /// Within 2 s, or the database counts as unreachable (and the connection is closed, not left leased).
-    func appliedMigrations() async throws -> Set<String> {
-        try await Migrator.appliedVersions(client: postgres, timeout: .seconds(2), logger: Self.logger)
     }
 
     func metrics() async -> Response {

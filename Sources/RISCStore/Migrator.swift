@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Logging
 import PostgresNIO
+import RISC
 
 /// Brings a database to this build's schema, in one transaction under an advisory lock:
 /// - `migrations/NNNN_name.sql`, each applied once, in order, and recorded with its checksum (an applied file
@@ -9,7 +10,8 @@ import PostgresNIO
 /// - `migrations/routines/NAME.sql`, each applied again whenever its checksum differs from the one recorded.
 ///   Functions, procedures and triggers live here, written as `CREATE OR REPLACE`: changing one is a diff to
 ///   its file. (A changed signature or result type needs a `DROP ... IF EXISTS` of the old one first.)
-/// Re-running is a no-op.
+/// Re-running is a no-op. Each routine is recorded with the release that applied it: an older release's `migrate`
+/// (a host restarted mid-rollout) leaves routines a newer release applied as they are, never rolling them back.
 public struct Migrator: Sendable {
     public struct Migration: Sendable, Equatable {
         public var version: String
@@ -51,10 +53,13 @@ public struct Migrator: Sendable {
     public let migrations: [Migration]
     /// `version` is the routine's file name without `.sql`.
     public let routines: [Migration]
+    /// The release applying them (`Release.version`).
+    public let release: String
 
-    public init(migrations: [Migration], routines: [Migration] = []) {
+    public init(migrations: [Migration], routines: [Migration] = [], release: String = Release.version) {
         self.migrations = migrations.sorted { $0.version < $1.version }
         self.routines = routines.sorted { $0.version < $1.version }
+        self.release = release
     }
 
     /// Reads every `*.sql` in a directory, and in its `routines/` folder; a file name without `.sql` is the
@@ -62,12 +67,11 @@ public struct Migrator: Sendable {
     public init(directory: String) throws {
         self.init(
             migrations: try Self.files(in: directory),
-            routines: try Self.files(in: (directory as NSString).appendingPathComponent("routines"), optional: true))
+            routines: try Self.files(in: (directory as NSString).appendingPathComponent("routines")))
     }
 
-    private static func files(in directory: String, optional: Bool = false) throws -> [Migration] {
+    private static func files(in directory: String) throws -> [Migration] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else {
-            if optional, !FileManager.default.fileExists(atPath: directory) { return [] }
             throw Failure.unreadable(path: directory)
         }
         var files: [Migration] = []
@@ -107,9 +111,11 @@ public struct Migrator: Sendable {
                 CREATE TABLE IF NOT EXISTS schema_routines (
                     name       text        PRIMARY KEY,
                     checksum   text        NOT NULL,
-                    applied_at timestamptz NOT NULL DEFAULT now()
+                    applied_at timestamptz NOT NULL DEFAULT now(),
+                    release    text        NOT NULL DEFAULT ''
                 )
                 """, logger: logger)
+            try await connection.query("ALTER TABLE schema_routines ADD COLUMN IF NOT EXISTS release text NOT NULL DEFAULT ''", logger: logger)
             let applied = try await Self.recorded("SELECT version, checksum FROM schema_migrations", on: connection, logger: logger)
             if applied[Self.beforeBaselineVersion] != nil {
                 throw Failure.beforeBaseline(version: Self.beforeBaselineVersion)
@@ -132,12 +138,18 @@ public struct Migrator: Sendable {
                 appliedNow.append(migration.version)
             }
             let routinesApplied = try await Self.recorded("SELECT name, checksum FROM schema_routines", on: connection, logger: logger)
+            let releases = try await Self.recorded("SELECT DISTINCT release, '' FROM schema_routines", on: connection, logger: logger)
+            if let newer = releases.keys.first(where: { Release.isNewer($0, than: release) }) {
+                logger.notice(
+                    "Routines were applied by a newer release; left as they are", metadata: ["release": "\(newer)", "this": "\(release)"])
+                return appliedNow
+            }
             for routine in routines where routinesApplied[routine.version] != routine.checksum {
                 try await Self.run(routine, on: connection, logger: logger)
                 try await connection.query(
                     """
-                    INSERT INTO schema_routines (name, checksum) VALUES (\(routine.version), \(routine.checksum))
-                    ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now()
+                    INSERT INTO schema_routines (name, checksum, release) VALUES (\(routine.version), \(routine.checksum), \(release))
+                    ON CONFLICT (name) DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = now(), release = EXCLUDED.release
                     """,
                     logger: logger)
                 logger.info("Applied routine", metadata: ["routine": "\(routine.version)"])
@@ -147,10 +159,26 @@ public struct Migrator: Sendable {
         }
     }
 
-    /// The migration versions a database has applied (`/readyz` compares them with this build's).
-    public static func appliedVersions(client: PostgresClient, timeout: Duration, logger: Logger) async throws -> Set<String> {
+    /// What `migrate` would still apply (`/readyz` is not ready while anything is): the versions of pending
+    /// migrations, then `routines/NAME` for each routine whose recorded checksum is not this build's. Routines a newer
+    /// release applied are current. Nil when the database has no schema_migrations at all.
+    public func pending(client: PostgresClient, timeout: Duration, logger: Logger) async throws -> [String]? {
         try await client.withConnection(timeout: timeout) { connection in
-            Set(try await recorded("SELECT version, checksum FROM schema_migrations", on: connection, logger: logger).keys)
+            var tables: [String] = []
+            for try await name in try await connection.query(
+                "SELECT relname::text FROM pg_class WHERE relname IN ('schema_migrations', 'schema_routines') AND relkind = 'r'",
+                logger: logger
+            ).decode(String.self) { tables.append(name) }
+            guard tables.contains("schema_migrations") else { return nil }
+            let applied = try await Self.recorded("SELECT version, checksum FROM schema_migrations", on: connection, logger: logger)
+            var pending = migrations.map(\.version).filter { applied[$0] == nil }
+            guard tables.contains("schema_routines") else { return pending + routines.map { "routines/\($0.version)" } }
+            let recorded = try await Self.recorded("SELECT name, checksum FROM schema_routines", on: connection, logger: logger)
+            let releases = try await Self.recorded("SELECT DISTINCT release, '' FROM schema_routines", on: connection, logger: logger)
+            if !releases.keys.contains(where: { Release.isNewer($0, than: release) }) {
+                pending += routines.filter { recorded[$0.version] != $0.checksum }.map { "routines/\($0.version)" }
+            }
+            return pending
         }
     }
 

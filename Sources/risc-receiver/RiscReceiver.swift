@@ -1,17 +1,16 @@
 import ArgumentParser
 import Foundation
 import Logging
+import RISC
 
 @main
 struct RiscReceiver: AsyncParsableCommand {
-    /// `risc-receiver --version`; CHANGELOG.md names what each version changed.
-    static let version = "0.1.0"
 
     static let configuration = CommandConfiguration(
         commandName: "risc-receiver",
         abstract: "Receives Google Cross-Account Protection (RISC) security events and acts on them.",
         discussion: "Exit codes: 0 ok, 1 failure or not found, 2 usage or configuration error.",
-        version: "\(Self.version) (\(BuildInfo.commit))",
+        version: "\(Release.version) (\(BuildInfo.commit))",
         subcommands: [
             Serve.self, Worker.self, Health.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Subscribers.self, Notifications.self, Config.self, Vault.self, Dev.self,
         ]

@@ -65,12 +65,12 @@ struct Serve: AsyncParsableCommand {
             background.append(prober)
         }
         let worker: [any Service] = background.isEmpty ? [] : [AfterListening(listening.stream, background)]
-        let expected = (try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory))?.migrations.map(\.version)
+        let expected = try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory)
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
         }
         let app = buildApplication(
-            configuration: configuration, dependencies: dependencies, logger: logger, expectedMigrations: expected,
+            configuration: configuration, dependencies: dependencies, logger: logger, expectedSchema: expected,
             extraServices: worker, onServerRunning: { _ in listening.continuation.finish() })
         // SIGTERM/SIGINT: in-flight requests finish, queued SETs commit, the worker finishes its batch, then the
         // pool closes; whatever still runs after RISC_SHUTDOWN_TIMEOUT (a stalled client, say) is cancelled.

@@ -279,6 +279,41 @@ struct CommandTests {
         }
     }
 
+    @Test("A changed routine is pending (so /readyz is not ready) until migrated; an older release never rolls it back")
+    func routineReleases() async throws {
+        let current = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
+        @Sendable func changed(release: String) -> Migrator {
+            Migrator(
+                migrations: current.migrations,
+                routines: current.routines.map { routine in
+                    routine.version == "risc_lock_user" ? .init(version: routine.version, sql: routine.sql + "\n-- \(release)\n") : routine
+                },
+                release: release)
+        }
+        let logger = Harness.logger
+        try await IsolatedDatabase.with(migrator: current) { database in
+            let client = database.client
+            func checksum() async throws -> String {
+                var found = ""
+                for try await value in try await client.query("SELECT checksum FROM schema_routines WHERE name = 'risc_lock_user'", logger: logger)
+                    .decode(String.self) { found = value }
+                return found
+            }
+            #expect(try await current.pending(client: client, timeout: .seconds(5), logger: logger) == [])
+            let sameRelease = changed(release: current.release)
+            #expect(try await sameRelease.pending(client: client, timeout: .seconds(5), logger: logger) == ["routines/risc_lock_user"])
+            #expect(try await sameRelease.migrate(client: client, logger: logger) == ["routines/risc_lock_user"])
+            #expect(try await sameRelease.pending(client: client, timeout: .seconds(5), logger: logger) == [])
+            // A newer release's routine: the current release's migrate (a host restarted mid-rollout) leaves it.
+            let newer = changed(release: "99.0.0")
+            #expect(try await newer.migrate(client: client, logger: logger) == ["routines/risc_lock_user"])
+            let newerChecksum = try await checksum()
+            #expect(try await current.pending(client: client, timeout: .seconds(5), logger: logger) == [])
+            #expect(try await current.migrate(client: client, logger: logger) == [])
+            #expect(try await checksum() == newerChecksum)
+        }
+    }
+
     static func migrate(databaseURL url: String) async throws {
         let logger = Harness.logger
         let environment = ["DATABASE_URL": url, "RISC_MIGRATIONS_DIR": Harness.repositoryRoot.appendingPathComponent("migrations").path]
