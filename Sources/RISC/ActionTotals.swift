@@ -1,5 +1,5 @@
-/// What applied actions changed, for the metrics, whichever path applied them (on receipt, or a worker): read from
-/// `risc_event_actions` grouped by kind, each kind with its number of actions and the rows they changed in all.
+/// What applied actions changed, for the metrics, whichever path applied them (on receipt, or a worker): as
+/// `risc_apply_actions` returns it, each kind with its number of actions and the rows they changed in all.
 public struct ActionTotals: Sendable, Equatable {
     public var sessionsRevoked = 0
     public var grantsDeleted = 0

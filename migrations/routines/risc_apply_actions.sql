@@ -14,7 +14,10 @@
 --   {"event": N, "position": P, "kind": K, "sub": S or null, "argument": A or null, "client_ids": [...]}
 -- `event` is the event's id; or, when `event_ids` is given, the 1-based place of the id in `event_ids` (the
 -- inbox's batch rows), where NULL (a duplicate SET) skips the action. `position` is the event's place in its SET.
--- Actions run sorted by user: every transaction takes users' locks in one order, so none can deadlock.
+-- Actions run sorted by user (byte order), so every batch takes users' locks in one order, and sign-in takes one
+-- user's lock: none waits on another's user locks in a cycle. (A token identifier names no user: its grants are
+-- erased without a user's lock. Should that ever meet another batch in a deadlock, PostgreSQL ends one of the
+-- two, which is then retried: the inbox stores it for a worker, a worker retries the batch event by event.)
 CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}')
 RETURNS TABLE (kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
 DECLARE
@@ -56,7 +59,7 @@ BEGIN
         END IF;
         affected := 0;
         ambiguous := 0;
-        detail := a.argument;
+        detail := NULLIF(a.argument, '');
         erased := NULL;
         CASE a.kind
         WHEN 'revoke_sessions' THEN
@@ -81,17 +84,15 @@ BEGIN
         WHEN 'delete_grant_by_prefix' THEN
             erased := ARRAY(SELECT g.id FROM risc_grants g
                              WHERE g.token_prefix = a.argument AND g.client_id IN (SELECT jsonb_array_elements_text(a.client_ids)));
-            ambiguous := cardinality(erased);
         WHEN 'delete_grant_by_hash' THEN
             erased := ARRAY(SELECT g.id FROM risc_grants g
                              WHERE g.token_hash = a.argument AND g.client_id IN (SELECT jsonb_array_elements_text(a.client_ids)));
-            ambiguous := cardinality(erased);
         -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
         -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
             INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
                                          sign_in_state_position)
-            VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN a.argument END,
+            VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN NULLIF(a.argument, '') END,
                     issued, event_id, a.position)
             ON CONFLICT (sub) DO UPDATE
                SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
@@ -125,6 +126,8 @@ BEGIN
                    revoked_at = now(), revoked_by_event = event_id, updated_at = now()
              WHERE id = ANY (erased) AND revoked_at IS NULL;
             GET DIAGNOSTICS affected = ROW_COUNT;
+            -- What this erasure changed, not what the lookup saw: another batch may have erased some first.
+            IF a.kind <> 'delete_grants' THEN ambiguous := affected; END IF;
         END IF;
         out_events := out_events || event_id;
         out_kinds := out_kinds || a.kind;

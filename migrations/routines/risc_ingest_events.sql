@@ -41,7 +41,7 @@ BEGIN
             SELECT coalesce(array_agg(t.kind), '{}'), coalesce(array_agg(t.actions_recorded), '{}'),
                    coalesce(array_agg(t.rows_changed), '{}')
               INTO applied_kinds, applied_actions, applied_rows
-              FROM risc_apply_actions(actions, row_ids) AS t;
+              FROM risc_apply_actions(actions, coalesce(row_ids, '{}')) AS t;
             applied := true;
         EXCEPTION WHEN OTHERS THEN
             -- One failing action must not cost the batch its storage: it is stored pending, for a worker.
