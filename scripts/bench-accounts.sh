@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Account benchmarks (issue 3): session-check throughput, time-to-revoke, and worker drain.
+# Account benchmarks: session-check throughput, time-to-revoke, and worker drain.
 # Each figure comes with a baseline measured in the same run, and the ratio between them.
 #   scripts/bench-accounts.sh [USERS=1000] [DRAIN_EVENTS=100000] [SECONDS=10]
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks what scripts/release.sh promises: one tarball, named for the version and the machine, whose binary
-# starts alone in an empty directory with an empty environment (no Swift on the library path), names this
-# version and commit, and migrates nothing it was not asked to; with its man pages, completions and docs.
+# starts alone in an empty directory with an empty environment (no Swift on the library path) and names this
+# version and commit; with its man pages, completions and docs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +9,7 @@ fail() { echo "check-release: $*" >&2; exit 1; }
 
 scripts/release.sh >/tmp/risc-release.out
 tarball=$(tail -n 1 /tmp/risc-release.out)
-version=$(sed -n 's/^    static let version = "\(.*\)"$/\1/p' Sources/risc-receiver/RiscReceiver.swift)
+version=$(sed -n 's/^    public static let version = "\(.*\)"$/\1/p' Sources/RISC/Release.swift)
 arch=$(uname -m | sed 's/amd64/x86_64/; s/arm64/aarch64/')
 [ "$tarball" = "dist/risc-receiver-$version-linux-$arch.tar.gz" ] || fail "unexpected tarball name: $tarball"
 
@@ -28,12 +28,15 @@ done
 alone=$(mktemp -d /tmp/risc-release-alone.XXXXXX)
 trap 'rm -rf "$unpacked" "$alone"' EXIT
 cp "$root/bin/risc-receiver" "$alone/"
-if ldd "$alone/risc-receiver" | grep -E 'libswift|libFoundation|libdispatch|libBlocksRuntime|not found'; then
+libraries=$(ldd "$alone/risc-receiver")
+if grep -E 'libswift|libFoundation|libdispatch|libBlocksRuntime|not found' <<<"$libraries"; then
   fail "the binary needs the libraries above"
 fi
 printed=$(cd "$alone" && env -i ./risc-receiver --version)
 commit=$(git rev-parse --short=12 HEAD)
 [ "$printed" = "$version ($commit)" ] || fail "--version printed '$printed', not '$version ($commit)'"
-(cd "$alone" && env -i ./risc-receiver --help | grep -q "USAGE: risc-receiver") || fail "--help did not print the usage"
-if readelf --section-headers "$alone/risc-receiver" | grep -q '\.symtab'; then fail "the binary is not stripped"; fi
+help=$(cd "$alone" && env -i ./risc-receiver --help)
+grep -q "USAGE: risc-receiver" <<<"$help" || fail "--help did not print the usage"
+sections=$(readelf --section-headers "$alone/risc-receiver")
+if grep -q '\.symtab' <<<"$sections"; then fail "the binary is not stripped"; fi
 echo "check-release: $tarball: $(du -h "$tarball" | cut -f1), the binary alone prints '$printed'"

@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/release-build.sh
 
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  echo "scripts/release.sh: warning: uncommitted changes are built, but --version names the commit $(git rev-parse --short=12 HEAD)" >&2
+fi
 release_build
 version=$("$release_bin" --version | awk '{print $1}')
 case "$(uname -m)" in
@@ -45,7 +48,7 @@ for shell in bash zsh fish; do
   "$root/bin/risc-receiver" --generate-completion-script "$shell" >"$root/share/completions/risc-receiver.$shell"
 done
 
-cp -R LICENSE README.md CHANGELOG.md docs deploy "$root/"
-rm -f "$root/deploy/.env"
+# The committed files, not whatever else lies in the work tree (a filled-in secret, say).
+git archive --format=tar HEAD LICENSE README.md CHANGELOG.md docs deploy | tar -x -C "$root"
 tar -C "$staging" -czf "dist/$name.tar.gz" "$name"
 echo "dist/$name.tar.gz"

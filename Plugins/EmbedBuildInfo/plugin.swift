@@ -8,7 +8,12 @@ import PackagePlugin
 struct EmbedBuildInfo: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) async throws -> [Command] {
         let package = context.package.directoryURL
-        let git = package.appending(path: ".git")
+        var git = package.appending(path: ".git")
+        // A worktree or submodule has a .git file naming the real git directory.
+        if let pointer = try? String(contentsOf: git, encoding: .utf8), pointer.hasPrefix("gitdir:") {
+            let path = pointer.dropFirst("gitdir:".count).trimmingCharacters(in: .whitespacesAndNewlines)
+            git = path.hasPrefix("/") ? URL(fileURLWithPath: path) : package.appending(path: path)
+        }
         let inputs = [git.appending(path: "HEAD"), git.appending(path: "logs/HEAD")]
             .filter { FileManager.default.fileExists(atPath: $0.path) }
         let output = context.pluginWorkDirectoryURL.appending(path: "BuildInfo.swift")

@@ -5,7 +5,7 @@ import RISC
 import RISCStore
 import Testing
 
-/// `serve` with its worker applies a new event in the transaction that stores it (issue 14): the 202 comes
+/// `serve` with its worker applies a new event in the transaction that stores it: the 202 comes
 /// after the revocation has committed, so a revocation never waits behind a backlog.
 @Suite("Events applied on receipt")
 struct ApplyOnReceiptTests {

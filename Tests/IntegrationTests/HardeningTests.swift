@@ -6,7 +6,7 @@ import RISCStore
 import RISCWorker
 import Testing
 
-/// The defects a hostile sender could reach (issue 10), each pinned by a test that failed before its fix.
+/// The defects a hostile sender could reach, each pinned by a test that failed before its fix.
 @Suite("Hardening: what a hostile sender could break", .timeLimit(.minutes(3)))
 struct HardeningTests {
     static var options: Harness.Options {

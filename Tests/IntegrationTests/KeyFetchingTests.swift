@@ -8,7 +8,7 @@ import ServiceLifecycle
 import Synchronization
 import Testing
 
-/// Where keys may come from (issue 10, item 8): https or loopback http only, redirects checked hop by hop, a
+/// Where keys may come from: https or loopback http only, redirects checked hop by hop, a
 /// JWKS with nothing usable never replaces working keys, and max-age within bounds.
 @Suite("Key fetching cannot be steered", .timeLimit(.minutes(2)))
 struct KeyFetchingTests {
