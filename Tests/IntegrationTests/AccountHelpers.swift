@@ -100,7 +100,7 @@ extension Harness {
 
     /// Waits (bounded) until the worker has finished the event with this jti; returns its status.
     @discardableResult
-    func waitUntilProcessed(jti: String, timeout: Duration = .seconds(10)) async throws -> String {
+    func waitUntilProcessed(jti: String, timeout: Duration = .seconds(30)) async throws -> String {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let rows = try await database.query("SELECT status FROM risc_events WHERE jti = \(jti)")

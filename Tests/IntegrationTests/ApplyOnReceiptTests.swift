@@ -113,7 +113,7 @@ extension Harness {
     struct EventMissing: Error {}
 
     /// Waits (bounded) until the event with this jti has one of the statuses.
-    func waitUntilStatus(jti: String, in statuses: [String], timeout: Duration = .seconds(10)) async throws -> Bool {
+    func waitUntilStatus(jti: String, in statuses: [String], timeout: Duration = .seconds(30)) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             for try await status in try await database.query("SELECT status FROM risc_events WHERE jti = \(jti)").decode(String.self)

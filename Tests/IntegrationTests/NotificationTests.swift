@@ -143,7 +143,7 @@ extension NotificationDispatcher.Settings {
 }
 
 /// Waits until `condition` holds, or fails the test after `timeout`.
-func eventually(_ what: String, timeout: Duration = .seconds(15), _ condition: () async throws -> Bool) async throws {
+func eventually(_ what: String, timeout: Duration = .seconds(45), _ condition: () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return }

@@ -22,7 +22,7 @@ struct OperationsTests {
             #expect(try await harness.call(.GET, "/healthz").status == 200)
 
             harness.transmitter.setKeysOutage(false)
-            let deadline = ContinuousClock.now + .seconds(15)
+            let deadline = ContinuousClock.now + .seconds(45)
             var reply = try await harness.call(.GET, "/readyz")
             while reply.status != 200, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(100))
