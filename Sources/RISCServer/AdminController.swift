@@ -25,9 +25,9 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         group.get("events/:id") { _, context in try await self.event(Self.id(context, of: "event")) }
         group.post("events/:id/replay") { _, context in try await self.replay(Self.id(context, of: "event")) }
         group.get("users/:sub") { _, context in try await self.user(context.parameters.get("sub")) }
-        group.get("stats") { _, _ in JSONResponse.make(status: .ok, json: try await self.store.stats().jsonValue) }
+        group.get("stats") { _, _ in try JSONResponse.make(status: .ok, encoding: try await self.store.stats()) }
         group.get("subscribers") { _, _ in
-            JSONResponse.make(status: .ok, json: ["subscribers": .array(try await self.store.subscribers().map(\.jsonValue))])
+            try JSONResponse.make(status: .ok, encoding: SubscriberList(try await self.store.subscribers()))
         }
         group.post("subscribers") { request, context in try await self.addSubscriber(request, context: context) }
         group.delete("subscribers/:id") { _, context in try await self.removeSubscriber(Self.id(context, of: "subscriber")) }
@@ -49,17 +49,17 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         } catch {
             throw Self.invalid(error)
         }
-        return JSONResponse.make(status: .ok, json: try await store.events(filter).jsonValue)
+        return try JSONResponse.make(status: .ok, encoding: try await store.events(filter))
     }
 
     func event(_ id: Int64) async throws -> Response {
         guard let event = try await store.event(id: id) else { throw APIError(.notFound, "not_found") }
-        return JSONResponse.make(status: .ok, json: event.jsonValue)
+        return try JSONResponse.make(status: .ok, encoding: event)
     }
 
     func replay(_ id: Int64) async throws -> Response {
         switch try await store.replayEvent(id: id) {
-        case .replayed: return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": .string(EventStatus.pending.rawValue)])
+        case .replayed: return try JSONResponse.make(status: .accepted, encoding: Replayed(id: id, status: EventStatus.pending.rawValue))
         case .notFound: throw APIError(.notFound, "not_found")
         case .ignored:
             throw APIError(.conflict, "not_replayable", description: "the event has no known type, so nothing to do")
@@ -69,7 +69,7 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
     func user(_ sub: String?) async throws -> Response {
         guard let sub, !sub.isEmpty else { throw Self.invalid(.init(name: "sub", problem: "is required")) }
         guard let user = try await store.user(sub: sub) else { throw APIError(.notFound, "not_found") }
-        return JSONResponse.make(status: .ok, json: user.jsonValue)
+        return try JSONResponse.make(status: .ok, encoding: user)
     }
 
     /// `{"url": ..., "secret": ... (optional), "actions": [...] (optional)}` → 201 `{"id", "secret"}`: the only time
@@ -78,6 +78,18 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         var url: String?
         var secret: String?
         var actions: [String]?
+    }
+
+    /// 201 to an added subscriber.
+    struct SubscriberCreated: Encodable {
+        var id: Int64
+        var secret: String
+    }
+
+    /// 202 to a replay: the event or notification waits again.
+    struct Replayed: Encodable {
+        var id: Int64
+        var status: String
     }
 
     func addSubscriber(_ request: Request, context: Context) async throws -> Response {
@@ -90,7 +102,7 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
             throw Self.invalid(error)
         }
         let id = try await store.addSubscriber(subscriber)
-        return JSONResponse.make(status: .created, json: ["id": .number(Double(id)), "secret": .string(subscriber.secret)])
+        return try JSONResponse.make(status: .created, encoding: SubscriberCreated(id: id, secret: subscriber.secret))
     }
 
     func removeSubscriber(_ id: Int64) async throws -> Response {
@@ -109,20 +121,20 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         } catch {
             throw Self.invalid(error)
         }
-        return JSONResponse.make(status: .ok, json: try await store.notifications(filter).jsonValue)
+        return try JSONResponse.make(status: .ok, encoding: try await store.notifications(filter))
     }
 
     func notification(_ id: Int64) async throws -> Response {
         guard let record = try await store.notification(id: id) else {
             throw APIError(.notFound, "not_found")
         }
-        return JSONResponse.make(status: .ok, json: record.jsonValue)
+        return try JSONResponse.make(status: .ok, encoding: record)
     }
 
     func replayNotification(_ id: Int64) async throws -> Response {
         switch try await store.replayNotification(id: id) {
         case .replayed:
-            return JSONResponse.make(status: .accepted, json: ["id": .number(Double(id)), "status": .string(NotificationStatus.pending.rawValue)])
+            return try JSONResponse.make(status: .accepted, encoding: Replayed(id: id, status: NotificationStatus.pending.rawValue))
         case .notFound: throw APIError(.notFound, "not_found")
         case .pending: throw APIError(.conflict, "not_replayable", description: "the notification is still pending: it will be sent")
         }

@@ -12,6 +12,11 @@ enum JSONResponse {
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: value.serialized)))
     }
 
+    /// A typed answer (the admin API's), through the same serializer.
+    static func make(status: HTTPResponse.Status, encoding value: some Encodable) throws -> Response {
+        make(status: status, json: try JSONValueEncoder().encode(value))
+    }
+
     static func timestamp(_ date: Date) -> JSONValue { .timestamp(date) }
 }
 

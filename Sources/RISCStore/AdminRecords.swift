@@ -1,15 +1,11 @@
 import Foundation
 import RISC
 
-// What the admin API answers and `--json` prints, as named values. Each has one JSON form,
-// `jsonValue`, which the HTTP edge and the CLI serialize; the CLI's tables read the fields.
-
-extension Optional {
-    func json(_ transform: (Wrapped) -> JSONValue) -> JSONValue { map(transform) ?? .null }
-}
+// What the admin API answers and `--json` prints, as named `Encodable` values. Both edges encode them with
+// `JSONValueEncoder`, so an absent field is `null` and a time is RFC 3339; the CLI's tables read the fields.
 
 /// One row of an event listing.
-public struct EventSummary: Sendable, Equatable {
+public struct EventSummary: Sendable, Equatable, Encodable {
     public var id: Int64
     public var jti: String
     /// Every event-type URI of the SET, in order; the first names it.
@@ -34,43 +30,56 @@ public struct EventSummary: Sendable, Equatable {
     /// The type's short name, or `unknown`.
     public var typeName: String { EventType(rawValue: type)?.shortName ?? "unknown" }
 
-    public var jsonValue: JSONValue {
-        [
-            "id": .number(Double(id)), "jti": .string(jti), "type": .string(type), "type_name": .string(typeName),
-            "sub": sub.json(JSONValue.string), "status": .string(status.rawValue), "attempts": .number(Double(attempts)),
-            "received_at": .timestamp(receivedAt), "completed_at": completedAt.json(JSONValue.timestamp),
-        ]
+    enum CodingKeys: String, CodingKey {
+        case id, jti, type, typeName = "type_name", sub, status, attempts, receivedAt = "received_at", completedAt = "completed_at"
+    }
+
+    /// The first type and its short name; `EventDetail` adds every type.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(jti, forKey: .jti)
+        try container.encode(type, forKey: .type)
+        try container.encode(typeName, forKey: .typeName)
+        try container.encode(sub, forKey: .sub)
+        try container.encode(status.rawValue, forKey: .status)
+        try container.encode(attempts, forKey: .attempts)
+        try container.encode(receivedAt, forKey: .receivedAt)
+        try container.encode(completedAt, forKey: .completedAt)
     }
 }
 
 /// A page of events, newest first, and the cursor of the next page (nil on the last).
-public struct EventPage: Sendable, Equatable {
+public struct EventPage: Sendable, Equatable, Encodable {
     public var events: [EventSummary]
     public var nextCursor: String?
 
-    public var jsonValue: JSONValue {
-        ["events": .array(events.map(\.jsonValue)), "next_cursor": nextCursor.json(JSONValue.string)]
-    }
+    enum CodingKeys: String, CodingKey { case events, nextCursor = "next_cursor" }
 }
 
 /// One action an event took, as `risc_apply_actions` recorded it.
-public struct RecordedAction: Sendable, Equatable {
+public struct RecordedAction: Sendable, Equatable, Encodable {
     public var kind: ActionKind
     public var sub: String?
     public var detail: String?
     public var rowsAffected: Int
     public var appliedAt: Date
 
-    public var jsonValue: JSONValue {
-        [
-            "kind": .string(kind.rawValue), "sub": sub.json(JSONValue.string), "detail": detail.json(JSONValue.string),
-            "rows_affected": .number(Double(rowsAffected)), "applied_at": .timestamp(appliedAt),
-        ]
+    enum CodingKeys: String, CodingKey { case kind, sub, detail, rowsAffected = "rows_affected", appliedAt = "applied_at" }
+
+    // The vocabulary enums stay out of `Encodable`: postgres-nio would then bind them as jsonb.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(kind.rawValue, forKey: .kind)
+        try container.encode(sub, forKey: .sub)
+        try container.encode(detail, forKey: .detail)
+        try container.encode(rowsAffected, forKey: .rowsAffected)
+        try container.encode(appliedAt, forKey: .appliedAt)
     }
 }
 
 /// One event in full: the claims as signed (never the signature), the decoded events, and its actions.
-public struct EventDetail: Sendable, Equatable {
+public struct EventDetail: Sendable, Equatable, Encodable {
     public var summary: EventSummary
     public var issuer: String
     public var issuedAt: Date
@@ -83,24 +92,30 @@ public struct EventDetail: Sendable, Equatable {
     public var decodedEvents: [SecurityEvent]?
     public var actions: [RecordedAction]
 
-    public var jsonValue: JSONValue {
-        guard case .object(var object) = summary.jsonValue else { return .null }
-        object["types"] = .array(summary.types.map(JSONValue.string))
-        object["issuer"] = .string(issuer)
-        object["issued_at"] = .timestamp(issuedAt)
-        object["run_after"] = runAfter.json(JSONValue.timestamp)
-        object["last_error"] = lastError.json(JSONValue.string)
-        object["claims"] = .verbatim(claimsJSON)
-        object["decoded_events"] = decodedEvents.json { .array($0.map(\.jsonValue)) }
-        object["actions"] = .array(actions.map(\.jsonValue))
-        return .object(object)
+    enum CodingKeys: String, CodingKey {
+        case types, issuer, issuedAt = "issued_at", runAfter = "run_after", lastError = "last_error", claims
+        case decodedEvents = "decoded_events", actions
+    }
+
+    /// The summary's fields, and beside them the rest.
+    public func encode(to encoder: any Encoder) throws {
+        try summary.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(summary.types, forKey: .types)
+        try container.encode(issuer, forKey: .issuer)
+        try container.encode(issuedAt, forKey: .issuedAt)
+        try container.encode(runAfter, forKey: .runAfter)
+        try container.encode(lastError, forKey: .lastError)
+        try container.encode(JSONValue.verbatim(claimsJSON), forKey: .claims)
+        try container.encode(decodedEvents.map { $0.map(\.jsonValue) }, forKey: .decodedEvents)
+        try container.encode(actions, forKey: .actions)
     }
 }
 
 /// Everything about one user: account state, flags, session and grant counts, recent events.
-public struct UserReport: Sendable, Equatable {
+public struct UserReport: Sendable, Equatable, Encodable {
     /// What `risc_users` holds; nil for a user who never signed in and was never named by an event's action.
-    public struct Account: Sendable, Equatable {
+    public struct Account: Sendable, Equatable, Encodable {
         public var email: String?
         public var emailVerified: Bool?
         public var name: String?
@@ -110,21 +125,15 @@ public struct UserReport: Sendable, Equatable {
         public var firstSeenAt: Date
         public var lastSignInAt: Date?
 
-        public var jsonValue: JSONValue {
-            [
-                "email": email.json(JSONValue.string), "email_verified": emailVerified.json(JSONValue.bool),
-                "name": name.json(JSONValue.string), "hd": hd.json(JSONValue.string),
-                "disabled_reason": disabledReason.json(JSONValue.string),
-                "sign_in_state_at": signInStateAt.json(JSONValue.timestamp), "first_seen_at": .timestamp(firstSeenAt),
-                "last_sign_in_at": lastSignInAt.json(JSONValue.timestamp),
-            ]
+        enum CodingKeys: String, CodingKey {
+            case email, emailVerified = "email_verified", name, hd, disabledReason = "disabled_reason"
+            case signInStateAt = "sign_in_state_at", firstSeenAt = "first_seen_at", lastSignInAt = "last_sign_in_at"
         }
     }
 
-    public struct Counts: Sendable, Equatable {
+    public struct Counts: Sendable, Equatable, Encodable {
         public var active = 0
         public var revoked = 0
-        public var jsonValue: JSONValue { ["active": .number(Double(active)), "revoked": .number(Double(revoked))] }
     }
 
     public var sub: String
@@ -134,16 +143,24 @@ public struct UserReport: Sendable, Equatable {
     public var grants: Counts
     public var recentEvents: [EventSummary]
 
-    public var jsonValue: JSONValue {
-        var account = account?.jsonValue ?? .null
-        if case .object(var object) = account {
-            object["sign_in_disabled"] = .bool(flags.signInDisabled)
-            account = .object(object)
+    enum CodingKeys: String, CodingKey { case sub, account, flags, sessions, grants, recentEvents = "recent_events" }
+    enum AccountKeys: String, CodingKey { case signInDisabled = "sign_in_disabled" }
+
+    /// The account carries `sign_in_disabled` beside its columns; `flags` lists the flags by name.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(sub, forKey: .sub)
+        if let account {
+            try account.encode(to: container.superEncoder(forKey: .account))
+            var extra = container.nestedContainer(keyedBy: AccountKeys.self, forKey: .account)
+            try extra.encode(flags.signInDisabled, forKey: .signInDisabled)
+        } else {
+            try container.encodeNil(forKey: .account)
         }
-        return [
-            "sub": .string(sub), "account": account, "flags": .array(flags.names.map(JSONValue.string)),
-            "sessions": sessions.jsonValue, "grants": grants.jsonValue, "recent_events": .array(recentEvents.map(\.jsonValue)),
-        ]
+        try container.encode(flags.names, forKey: .flags)
+        try container.encode(sessions, forKey: .sessions)
+        try container.encode(grants, forKey: .grants)
+        try container.encode(recentEvents, forKey: .recentEvents)
     }
 }
 
@@ -155,7 +172,7 @@ public struct Backlog: Sendable, Equatable {
 }
 
 /// Counts by status and type, and the backlog.
-public struct QueueStats: Sendable, Equatable {
+public struct QueueStats: Sendable, Equatable, Encodable {
     public var byStatus: [EventStatus: Int]
     /// By short name, or by URI for unknown types.
     public var byType: [String: Int]
@@ -163,11 +180,18 @@ public struct QueueStats: Sendable, Equatable {
 
     public var dead: Int { byStatus[.dead] ?? 0 }
 
-    public var jsonValue: JSONValue {
-        [
-            "by_status": .object(Dictionary(uniqueKeysWithValues: EventStatus.allCases.map { ($0.rawValue, .number(Double(byStatus[$0] ?? 0))) })),
-            "by_type": .object(byType.mapValues { .number(Double($0)) }), "queue_depth": .number(Double(backlog.depth)),
-            "oldest_pending_age_seconds": backlog.oldestAgeSeconds.json(JSONValue.number), "dead": .number(Double(dead)),
-        ]
+    enum CodingKeys: String, CodingKey {
+        case byStatus = "by_status", byType = "by_type", queueDepth = "queue_depth"
+        case oldestPendingAgeSeconds = "oldest_pending_age_seconds", dead
+    }
+
+    /// Every status is listed, a status with no events as 0.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(Dictionary(uniqueKeysWithValues: EventStatus.allCases.map { ($0.rawValue, byStatus[$0] ?? 0) }), forKey: .byStatus)
+        try container.encode(byType, forKey: .byType)
+        try container.encode(backlog.depth, forKey: .queueDepth)
+        try container.encode(backlog.oldestAgeSeconds, forKey: .oldestPendingAgeSeconds)
+        try container.encode(dead, forKey: .dead)
     }
 }

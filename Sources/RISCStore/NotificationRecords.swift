@@ -5,7 +5,7 @@ import RISC
 // a subscriber's secret is shown once, when it is added.
 
 /// One subscriber, with how many of its notifications wait and how many are dead.
-public struct SubscriberRecord: Sendable, Equatable {
+public struct SubscriberRecord: Sendable, Equatable, Encodable {
     public var id: Int64
     public var url: String
     /// Nil: every notified kind.
@@ -16,16 +16,29 @@ public struct SubscriberRecord: Sendable, Equatable {
     public var pending: Int
     public var dead: Int
 
-    public var jsonValue: JSONValue {
-        [
-            "id": .number(Double(id)), "url": .string(url), "actions": actions.json { .array($0.map { .string($0.rawValue) }) },
-            "configured": .bool(configured), "created_at": .timestamp(createdAt), "pending": .number(Double(pending)), "dead": .number(Double(dead)),
-        ]
+    enum CodingKeys: String, CodingKey { case id, url, actions, configured, createdAt = "created_at", pending, dead }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(url, forKey: .url)
+        try container.encode(actions?.map(\.rawValue), forKey: .actions)
+        try container.encode(configured, forKey: .configured)
+        try container.encode(createdAt, forKey: .createdAt)
+        try container.encode(pending, forKey: .pending)
+        try container.encode(dead, forKey: .dead)
     }
 }
 
+/// Every subscriber, as the admin API and `subscribers list --json` show them.
+public struct SubscriberList: Sendable, Equatable, Encodable {
+    public var subscribers: [SubscriberRecord]
+
+    public init(_ subscribers: [SubscriberRecord]) { self.subscribers = subscribers }
+}
+
 /// One notification and how its delivery stands.
-public struct NotificationRecord: Sendable, Equatable {
+public struct NotificationRecord: Sendable, Equatable, Encodable {
     public var id: Int64
     public var webhookID: String
     public var subscriberID: Int64
@@ -61,23 +74,32 @@ public struct NotificationRecord: Sendable, Equatable {
         (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)
     }
 
-    public var jsonValue: JSONValue {
-        [
-            "id": .number(Double(id)), "webhook_id": .string(webhookID), "subscriber": .number(Double(subscriberID)),
-            "body": notification.body, "action_id": .number(Double(actionID)), "status": .string(status.rawValue),
-            "attempts": .number(Double(attempts)), "next_attempt_at": nextAttemptAt.json(JSONValue.timestamp),
-            "last_attempt_at": lastAttemptAt.json(JSONValue.timestamp), "last_error": lastError.json(JSONValue.string),
-            "delivered_at": deliveredAt.json(JSONValue.timestamp),
-        ]
+    enum CodingKeys: String, CodingKey {
+        case id, webhookID = "webhook_id", subscriberID = "subscriber", body, actionID = "action_id", status, attempts
+        case nextAttemptAt = "next_attempt_at", lastAttemptAt = "last_attempt_at", lastError = "last_error", deliveredAt = "delivered_at"
+    }
+
+    /// The notification as its `body`: exactly what the subscriber is sent.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(webhookID, forKey: .webhookID)
+        try container.encode(subscriberID, forKey: .subscriberID)
+        try container.encode(notification.body, forKey: .body)
+        try container.encode(actionID, forKey: .actionID)
+        try container.encode(status.rawValue, forKey: .status)
+        try container.encode(attempts, forKey: .attempts)
+        try container.encode(nextAttemptAt, forKey: .nextAttemptAt)
+        try container.encode(lastAttemptAt, forKey: .lastAttemptAt)
+        try container.encode(lastError, forKey: .lastError)
+        try container.encode(deliveredAt, forKey: .deliveredAt)
     }
 }
 
 /// A page of notifications, newest first, and the cursor of the next page (nil on the last).
-public struct NotificationPage: Sendable, Equatable {
+public struct NotificationPage: Sendable, Equatable, Encodable {
     public var notifications: [NotificationRecord]
     public var nextCursor: String?
 
-    public var jsonValue: JSONValue {
-        ["notifications": .array(notifications.map(\.jsonValue)), "next_cursor": nextCursor.json(JSONValue.string)]
-    }
+    enum CodingKeys: String, CodingKey { case notifications, nextCursor = "next_cursor" }
 }

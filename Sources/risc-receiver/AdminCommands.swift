@@ -48,6 +48,11 @@ struct AdminOptions: ParsableArguments {
     func printJSON(_ value: JSONValue) {
         print(value.serialized)
     }
+
+    /// A typed answer, in the same JSON as the admin API's.
+    func printJSON(_ value: some Encodable) throws {
+        printJSON(try JSONValueEncoder().encode(value))
+    }
 }
 
 struct Events: AsyncParsableCommand {
@@ -80,7 +85,7 @@ struct EventsList: AsyncParsableCommand {
         let filter = try AdminQueries.EventFilter.parse(
             status: status, type: type, sub: sub, since: since, until: until, limit: limit, cursor: cursor)
         let page = try await options.withQueries { queries, _ in try await queries.events(filter) }
-        if options.json { return options.printJSON(page.jsonValue) }
+        if options.json { return try options.printJSON(page) }
         print(Table.events(page.events))
         if let next = page.nextCursor { print("\nmore: \(nextPageCommand(cursor: next))") }
     }
@@ -103,7 +108,7 @@ struct EventsShow: AsyncParsableCommand {
         guard let event = try await options.withQueries({ queries, _ in try await queries.event(id: id) }) else {
             throw Bootstrap.fail("no event \(id)")
         }
-        let json = event.jsonValue
+        let json = try JSONValueEncoder().encode(event)
         if options.json { return options.printJSON(json) }
         for key in ["id", "jti", "issuer", "type", "sub", "status", "attempts", "received_at", "issued_at", "completed_at", "run_after", "last_error"] {
             print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(json[key]))")
@@ -173,7 +178,7 @@ struct UsersShow: AsyncParsableCommand {
         guard let user = try await options.withQueries({ queries, _ in try await queries.user(sub: sub) }) else {
             throw Bootstrap.fail("no user \(sub)")
         }
-        let json = user.jsonValue
+        let json = try JSONValueEncoder().encode(user)
         if options.json { return options.printJSON(json) }
         func line(_ key: String, _ value: String) { print("\(key.padding(toLength: 19, withPad: " ", startingAt: 0)) \(value)") }
         line("sub", sub)
@@ -198,7 +203,7 @@ struct Stats: AsyncParsableCommand {
 
     func run() async throws {
         let stats = try await options.withQueries { queries, _ in try await queries.stats() }
-        if options.json { return options.printJSON(stats.jsonValue) }
+        if options.json { return try options.printJSON(stats) }
         print("queue depth   \(stats.backlog.depth)")
         print("oldest        \(stats.backlog.oldestAgeSeconds.map { "\(Table.text(.number($0))) s" } ?? "- (nothing waiting)")")
         print("dead          \(stats.dead)\n")

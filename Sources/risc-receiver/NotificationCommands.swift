@@ -49,7 +49,7 @@ struct SubscribersList: AsyncParsableCommand {
 
     func run() async throws {
         let subscribers = try await options.withNotifications { store in try await store.subscribers() }
-        if options.json { return options.printJSON(["subscribers": .array(subscribers.map(\.jsonValue))]) }
+        if options.json { return try options.printJSON(SubscriberList(subscribers)) }
         if subscribers.isEmpty { return print("(no subscribers)") }
         print(Table.render(
             headers: ["ID", "URL", "ACTIONS", "PENDING", "DEAD", "ADDED"],
@@ -109,7 +109,7 @@ struct NotificationsList: AsyncParsableCommand {
     func run() async throws {
         let filter = try filter()
         let page = try await options.withNotifications { store in try await store.notifications(filter) }
-        if options.json { return options.printJSON(page.jsonValue) }
+        if options.json { return try options.printJSON(page) }
         if page.notifications.isEmpty { return print("(no notifications)") }
         print(Table.render(
             headers: ["ID", "OCCURRED", "TYPE", "SUB", "SUBSCRIBER", "STATUS", "ATTEMPTS", "LAST ERROR"],
@@ -138,8 +138,9 @@ struct NotificationsShow: AsyncParsableCommand {
         guard let record = try await options.withNotifications({ store in try await store.notification(id: id) }) else {
             throw Bootstrap.fail("no notification \(id)")
         }
-        if options.json { return options.printJSON(record.jsonValue) }
-        print(Table.lines(record.jsonValue))
+        let json = try JSONValueEncoder().encode(record)
+        if options.json { return options.printJSON(json) }
+        print(Table.lines(json))
     }
 }
 
