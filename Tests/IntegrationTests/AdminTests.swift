@@ -289,6 +289,11 @@ struct AdminTests {
                     "body": reply.json.asValue,
                 ])
             }
+            let oversized = try await harness.call(
+                .POST, "/admin/v1/subscribers", bearer: Harness.adminToken,
+                json: ["url": .string("https://hooks.example.com/" + String(repeating: "a", count: 70_000))])
+            #expect(oversized.status == 413)
+            responses.append(["method": "POST", "path": "/admin/v1/subscribers", "status": 413, "body": oversized.json.asValue])
             let unauthorized = try await harness.call(.GET, "/admin/v1/stats", bearer: "wrong")
             responses.append(["method": "GET", "path": "/admin/v1/stats", "status": 401, "body": unauthorized.json.asValue])
 
@@ -303,7 +308,7 @@ struct AdminTests {
             let status = try await ChildProcess.spawn("/usr/bin/env", ["python3", script, committedPath, file], outputFile: log).wait()
             let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             #expect(status == 0, "\(output)")
-            #expect(output.contains("18 responses match"), "\(output)")
+            #expect(output.contains("19 responses match"), "\(output)")
         }
     }
 }
