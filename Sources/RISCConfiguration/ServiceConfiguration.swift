@@ -19,7 +19,12 @@ public struct ServiceConfiguration: Sendable {
         }
     }
 
-    public var databaseURL: String
+    /// What `worker` reads too: the database, retries, retention, notifications, the shutdown bound.
+    public var worker: WorkerConfiguration
+    public var databaseURL: String {
+        get { worker.databaseURL }
+        set { worker.databaseURL = newValue }
+    }
     public var clientIDs: [String]
     public var riscConfigurationURL = ConfigVariables.riscConfigurationURL.defaultValue
     public var openIDConfigurationURL = ConfigVariables.openIDConfigurationURL.defaultValue
@@ -33,12 +38,6 @@ public struct ServiceConfiguration: Sendable {
     public var vaultKey: String?
     public var vaultPreviousKeys = ConfigVariables.vaultPreviousKeys.defaultValue
     public var clientSecrets = ConfigVariables.clientSecretFiles.defaultValue
-    public var maxAttempts = ConfigVariables.maxAttempts.defaultValue
-    public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
-    public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
-    public var notifyBackoffBaseSeconds = ConfigVariables.notifyBackoffBase.defaultValue
-    /// Nil leaves the configured subscribers as they are.
-    public var subscribers: [NotificationStore.NewSubscriber]?
     /// Seconds between delivery probes; 0 is off.
     public var verifyIntervalSeconds = ConfigVariables.verifyInterval.defaultValue
     public var deliveryURL: String?
@@ -48,7 +47,6 @@ public struct ServiceConfiguration: Sendable {
     public var idleTimeoutSeconds = ConfigVariables.idleTimeout.defaultValue
     /// How long a request waits for the database before answering 503 (RISC_DATABASE_TIMEOUT).
     public var databaseTimeoutSeconds = ConfigVariables.databaseTimeout.defaultValue
-    public var shutdownTimeoutSeconds = ConfigVariables.shutdownTimeout.defaultValue
     public var logLevel = ConfigVariables.logLevel.defaultValue
     public var logFormat = ConfigVariables.logFormat.defaultValue
     /// Migrations to use instead of those built into the binary.
@@ -56,7 +54,7 @@ public struct ServiceConfiguration: Sendable {
 
     /// The two required values; everything else at its default.
     public init(databaseURL: String, clientIDs: [String]) {
-        self.databaseURL = databaseURL
+        self.worker = WorkerConfiguration(databaseURL: databaseURL)
         self.clientIDs = clientIDs
     }
 
@@ -113,18 +111,18 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.vaultKey, \.vaultKey),
         Setting(ConfigVariables.vaultPreviousKeys, \.vaultPreviousKeys),
         Setting(ConfigVariables.clientSecretFiles, \.clientSecrets),
-        Setting(ConfigVariables.maxAttempts, \.maxAttempts),
-        Setting(ConfigVariables.eventRetentionDays, \.eventRetentionDays),
-        Setting(ConfigVariables.notifyMaxAttempts, \.notifyMaxAttempts),
-        Setting(ConfigVariables.notifyBackoffBase, \.notifyBackoffBaseSeconds),
-        Setting(ConfigVariables.subscribers, \.subscribers),
+        Setting(ConfigVariables.maxAttempts, \.worker.maxAttempts),
+        Setting(ConfigVariables.eventRetentionDays, \.worker.eventRetentionDays),
+        Setting(ConfigVariables.notifyMaxAttempts, \.worker.notifyMaxAttempts),
+        Setting(ConfigVariables.notifyBackoffBase, \.worker.notifyBackoffBaseSeconds),
+        Setting(ConfigVariables.subscribers, \.worker.subscribers),
         Setting(ConfigVariables.verifyInterval, \.verifyIntervalSeconds),
         Setting(ConfigVariables.deliveryURL, \.deliveryURL),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),
         Setting(ConfigVariables.sessionCache, \.sessionCache),
         Setting(ConfigVariables.idleTimeout, \.idleTimeoutSeconds),
-        Setting(ConfigVariables.shutdownTimeout, \.shutdownTimeoutSeconds),
+        Setting(ConfigVariables.shutdownTimeout, \.worker.shutdownTimeoutSeconds),
         Setting(ConfigVariables.databaseTimeout, \.databaseTimeoutSeconds),
         Setting(ConfigVariables.logLevel, \.logLevel),
         Setting(ConfigVariables.logFormat, \.logFormat),

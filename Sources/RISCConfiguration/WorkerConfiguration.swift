@@ -1,8 +1,8 @@
 import Configuration
 import RISCStore
 
-/// What the background work reads: `risc-receiver worker` reads only these variables, and `serve` takes them
-/// from its `ServiceConfiguration` (`ServiceConfiguration.worker`).
+/// What the background work reads: `risc-receiver worker` reads only these variables, and `serve` holds them
+/// in its `ServiceConfiguration.worker`.
 public struct WorkerConfiguration: Sendable {
     public var databaseURL: String
     public var maxAttempts = ConfigVariables.maxAttempts.defaultValue
@@ -32,19 +32,5 @@ public struct WorkerConfiguration: Sendable {
         notifyBackoffBaseSeconds = try ConfigVariables.notifyBackoffBase.value(from: reader)
         subscribers = try ConfigVariables.subscribers.optional(from: reader)
         shutdownTimeoutSeconds = try ConfigVariables.shutdownTimeout.value(from: reader)
-    }
-}
-
-extension ServiceConfiguration {
-    /// The background work's part of the configuration.
-    public var worker: WorkerConfiguration {
-        var worker = WorkerConfiguration(databaseURL: databaseURL)
-        worker.maxAttempts = maxAttempts
-        worker.eventRetentionDays = eventRetentionDays
-        worker.notifyMaxAttempts = notifyMaxAttempts
-        worker.notifyBackoffBaseSeconds = notifyBackoffBaseSeconds
-        worker.subscribers = subscribers
-        worker.shutdownTimeoutSeconds = shutdownTimeoutSeconds
-        return worker
     }
 }

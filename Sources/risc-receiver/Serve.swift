@@ -76,7 +76,7 @@ struct Serve: AsyncParsableCommand {
         // pool closes; whatever still runs after RISC_SHUTDOWN_TIMEOUT (a stalled client, say) is cancelled.
         do {
             try await Bootstrap.runUntilSignalled(
-                [.init(service: app)], shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
+                [.init(service: app)], shutdownTimeout: configuration.worker.shutdownTimeoutSeconds, logger: logger)
         } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
             // Taken between the check and the server's own bind.
             throw Bootstrap.fail(Self.cannotListen(errno: error.errnoCode, host: configuration.host, port: configuration.port))

@@ -98,8 +98,8 @@ struct ConfigurationTests {
     func environmentText() throws {
         let defaults = try Self.configuration([:])
         #expect(defaults.port == 8080 && defaults.host == "127.0.0.1" && defaults.allowedAlgorithms == ["RS256"])
-        #expect(defaults.maxAttempts == 10 && defaults.sessionLifetimeSeconds == 14 * 24 * 3600 && defaults.sessionCache)
-        #expect(defaults.idleTimeoutSeconds == 30 && defaults.shutdownTimeoutSeconds == 10)
+        #expect(defaults.worker.maxAttempts == 10 && defaults.sessionLifetimeSeconds == 14 * 24 * 3600 && defaults.sessionCache)
+        #expect(defaults.idleTimeoutSeconds == 30 && defaults.worker.shutdownTimeoutSeconds == 10)
         #expect(defaults.logLevel == .info && defaults.logFormat == .text && defaults.migrationsDirectory == nil)
         #expect(defaults.adminToken == nil && defaults.vaultPreviousKeys.isEmpty && defaults.hostedDomains.isEmpty)
 
@@ -126,7 +126,7 @@ struct ConfigurationTests {
             "RISC_SESSION_TTL": "3600", "RISC_ALLOWED_ALGS": .init(.stringArray(["RS256", "PS256"]), isSecret: false),
         ]
         let configuration = try ServiceConfiguration(reader: Self.typedReader(typed))
-        #expect(configuration.clientIDs == ["x", "y"] && configuration.port == 8181 && configuration.maxAttempts == 4)
+        #expect(configuration.clientIDs == ["x", "y"] && configuration.port == 8181 && configuration.worker.maxAttempts == 4)
         #expect(!configuration.sessionCache && configuration.idleTimeoutSeconds == 2.5)
         #expect(configuration.sessionLifetimeSeconds == 3600, "a number written as a string, as JSON may")
         #expect(configuration.allowedAlgorithms == ["RS256", "PS256"])

@@ -96,7 +96,7 @@ struct Harness {
             receiverConfiguration.adminToken = options.adminToken
             receiverConfiguration.vaultKey = vaultKey
             receiverConfiguration.clientSecrets = [ClientSecret(clientID: audience, clientSecret: "dev-client-secret")]
-            receiverConfiguration.maxAttempts = options.maxAttempts
+            receiverConfiguration.worker.maxAttempts = options.maxAttempts
             // As `serve` does: with a worker in the process, events are applied on receipt.
             var inboxSettings = EventInbox.Settings()
             inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt
