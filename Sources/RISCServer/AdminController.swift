@@ -167,11 +167,8 @@ struct DatabaseUnavailable<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
-        } catch let error as PSQLError where error.code != .server {
+        } catch where DatabaseErrors.isUnavailable(error) {
             context.logger.warning("The database is unavailable", metadata: ["error": "\(DatabaseErrors.describe(error))"])
-            throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
-        } catch is TimeoutError {
-            context.logger.warning("The database did not answer within RISC_DATABASE_TIMEOUT")
             throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
         }
     }

@@ -24,8 +24,14 @@ public struct SessionController<Context: RequestContext, Sessions: SessionStorin
 
     func signIn(_ request: Request, context: Context) async throws -> Response {
         var request = request
-        guard let body = try? await request.collectBody(upTo: RequestLimits.maxBodyBytes), let idToken = Self.idToken(in: body, contentType: request.headers[.contentType])
-        else {
+        let body: ByteBuffer
+        do {
+            body = try await request.collectBody(upTo: RequestLimits.maxBodyBytes)
+        } catch {
+            ServiceMetrics.signIn(outcome: "invalid_token")
+            throw APIError(.contentTooLarge, "invalid_request", description: "the body is too large")
+        }
+        guard let idToken = Self.idToken(in: body, contentType: request.headers[.contentType]) else {
             ServiceMetrics.signIn(outcome: "invalid_token")
             throw APIError(.unauthorized, "invalid_token", description: "the body holds no idtoken")
         }
@@ -87,11 +93,12 @@ public struct SessionController<Context: RequestContext, Sessions: SessionStorin
     }
 
     /// A call to the sessions' store. The database down, or slower than RISC_DATABASE_TIMEOUT, is 503
-    /// `unavailable` with Retry-After, as for a SET: the app can tell it from a bad session and retry.
+    /// `unavailable` with Retry-After, as for a SET: the app can tell it from a bad session and retry. Any other
+    /// error is ours, and stays a 500.
     func database<T>(_ context: Context, metric: Bool = false, _ call: () async throws -> T) async throws -> T {
         do {
             return try await call()
-        } catch {
+        } catch where DatabaseErrors.isUnavailable(error) {
             context.logger.warning("The database is unavailable", metadata: ["error": "\(DatabaseErrors.describe(error))"])
             if metric { ServiceMetrics.signIn(outcome: "unavailable") }
             throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)

@@ -9,6 +9,17 @@ public enum DatabaseErrors {
         let message = error.serverInfo?[.message].map { " \($0)" } ?? ""
         return "\(error.code)\(sqlState)\(message)"
     }
+
+    /// The database cannot answer now, whatever was asked: no connection, no answer within
+    /// RISC_DATABASE_TIMEOUT, or one of the SQLSTATE classes of `PSQLError.unavailableClasses`. A route answers
+    /// these with 503 and Retry-After; any other error is a fault of ours, a 500.
+    public static func isUnavailable(_ error: any Error) -> Bool {
+        if error is TimeoutError { return true }
+        guard let error = error as? PSQLError else { return false }
+        guard error.code == .server else { return true }
+        guard let sqlState = error.serverInfo?[.sqlState] else { return false }
+        return PSQLError.unavailableClasses.contains(sqlState.prefix(2))
+    }
 }
 
 extension PSQLError {

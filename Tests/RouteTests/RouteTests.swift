@@ -211,6 +211,35 @@ struct RouteTests {
         }
     }
 
+    struct ProgrammingError: Error {}
+
+    @Test("A store error that is not the database being unavailable is 500, not 503, on the session and admin routes")
+    func faultsAreNotUnavailable() async throws {
+        let app = Self.application(admin: .init(failure: ProgrammingError()), sessions: .init(failure: ProgrammingError()))
+        try await app.test(.router) { client in
+            for (method, path, headers) in [
+                (HTTPRequest.Method.get, "/admin/v1/subscribers", Self.bearer), (.get, "/v1/session", [.authorization: "Bearer s"]),
+                (.delete, "/v1/session", [.authorization: "Bearer s"]),
+            ] as [(HTTPRequest.Method, String, HTTPFields)] {
+                try await client.execute(uri: path, method: method, headers: headers) { response in
+                    #expect(response.status == .internalServerError, "\(path)")
+                    #expect(response.headers[.retryAfter] == nil, "\(path)")
+                }
+            }
+        }
+    }
+
+    @Test("A sign-in body over 64 KiB is 413, before any token is looked at")
+    func signInBodyLimit() async throws {
+        try await Self.application().test(.router) { client in
+            let body = "idtoken=" + String(repeating: "a", count: RequestLimits.maxBodyBytes)
+            try await client.execute(uri: "/tokensignin", method: .post, body: ByteBuffer(string: body)) { response in
+                #expect(response.status == .contentTooLarge)
+                #expect(Self.json(response.body)["error"] == "invalid_request")
+            }
+        }
+    }
+
     @Test("Session checks: no bearer or an unknown session is invalid_session, a revoked one session_revoked")
     func sessions() async throws {
         try await Self.application(sessions: .init(revoked: ["gone"])).test(.router) { client in
