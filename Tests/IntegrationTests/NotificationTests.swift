@@ -307,6 +307,37 @@ struct NotificationTests {
         }
     }
 
+    @Test("A SET that carries two events: each notification names the event that caused its action", arguments: [true, false])
+    func notificationNamesItsOwnEvent(applyOnReceipt: Bool) async throws {
+        var options = Self.options
+        options.applyOnReceipt = applyOnReceipt
+        try await Harness.withIsolatedDatabase(options) { harness in
+            _ = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
+            let sub = "two-events-\(UUID().uuidString)"
+            let subject: JSONValue = ["subject_type": "iss-sub", "iss": "https://accounts.google.com", "sub": .string(sub)]
+            let token = try await harness.sign(
+                harness.claims { claims in
+                    claims["events"] = [
+                        EventType.sessionsRevoked.rawValue: ["subject": subject],
+                        EventType.accountCredentialChangeRequired.rawValue: ["subject": subject],
+                    ]
+                })
+            #expect(try await harness.post(token).status == 202)
+            #expect(try await harness.waitUntilProcessed(jti: jti(of: token)) == "done")
+            var types: [String: String] = [:]
+            for try await (kind, type) in try await harness.database.query(
+                "SELECT kind, event_type FROM risc_notifications WHERE sub = \(sub)"
+            ).decode((String, String).self) {
+                types[kind] = type
+            }
+            #expect(
+                types == [
+                    "revoke_sessions": EventType.sessionsRevoked.rawValue,
+                    "require_credential_change": EventType.accountCredentialChangeRequired.rawValue,
+                ], "\(types)")
+        }
+    }
+
     @Test("A rolled-back action leaves no notification")
     func rolledBackActionNotifiesNobody() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in

@@ -28,10 +28,10 @@ struct SchemaBaselineTests {
         let current = try Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path)
         #expect(history.migrations.count == 13 && history.routines.isEmpty)
         try await IsolatedDatabase.with(migrator: history) { old in
-            // The routines as they are now, over the history's: their bodies are compared too, so they must be the
-            // same text on both sides.
-            for routine in current.routines {
-                for statement in SQLScript.statements(in: routine.sql) {
+            // The migrations after the baseline, then the routines as they are now, over the history's: their bodies
+            // are compared too, so they must be the same text on both sides.
+            for file in current.migrations.dropFirst() + current.routines {
+                for statement in SQLScript.statements(in: file.sql) {
                     try await old.client.query(PostgresQuery(unsafeSQL: statement), logger: Harness.logger)
                 }
             }

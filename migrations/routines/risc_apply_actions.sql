@@ -35,6 +35,7 @@ DECLARE
     stale       text[] := '{}';
     ambiguous   integer;
     out_events  bigint[] := '{}';
+    out_places  integer[] := '{}';
     out_kinds   text[] := '{}';
     out_subs    text[] := '{}';
     out_details text[] := '{}';
@@ -130,6 +131,7 @@ BEGIN
             IF a.kind <> 'delete_grants' THEN ambiguous := affected; END IF;
         END IF;
         out_events := out_events || event_id;
+        out_places := out_places || a.position;
         out_kinds := out_kinds || a.kind;
         out_subs := out_subs || a.sub;
         out_details := out_details || detail;
@@ -137,6 +139,7 @@ BEGIN
         -- A 16-character prefix can be shared: erasing every match fails safe, and admins are told.
         IF ambiguous > 1 THEN
             out_events := out_events || event_id;
+            out_places := out_places || a.position;
             out_kinds := out_kinds || 'ambiguous_token_identifier'::text;
             out_subs := out_subs || NULL::text;
             out_details := out_details || ('the identifier matched ' || ambiguous || ' grants; all were erased');
@@ -144,9 +147,9 @@ BEGIN
         END IF;
     END LOOP;
 
-    INSERT INTO risc_event_actions (event_id, kind, sub, detail, rows_affected)
-    SELECT o.event_id, o.kind, o.sub, o.detail, o.n
-      FROM unnest(out_events, out_kinds, out_subs, out_details, out_counts) AS o(event_id, kind, sub, detail, n);
+    INSERT INTO risc_event_actions (event_id, event_position, kind, sub, detail, rows_affected)
+    SELECT o.event_id, o.place, o.kind, o.sub, o.detail, o.n
+      FROM unnest(out_events, out_places, out_kinds, out_subs, out_details, out_counts) AS o(event_id, place, kind, sub, detail, n);
 
     UPDATE risc_events
        SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL

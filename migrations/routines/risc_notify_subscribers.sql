@@ -1,13 +1,14 @@
 -- Fills the outbox from the statement that records actions, so in its transaction: a notification exists if and
 -- only if its action committed, on every path (a worker, or the inbox applying on receipt). The kinds are
--- ActionKind.notified. The SET's first event type names the event (Google's SETs carry one event).
+-- ActionKind.notified. The event named is the one in the SET that caused the action (its event_position; an
+-- action recorded before positions were, the SET's first).
 CREATE OR REPLACE FUNCTION risc_notify_subscribers() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM risc_subscribers) THEN
         RETURN NULL;
     END IF;
     INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
-    SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[1], ''),
+    SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[coalesce(a.event_position, 0) + 1], ''),
            a.applied_at
       FROM recorded_actions a
       JOIN risc_events e ON e.id = a.event_id
