@@ -35,7 +35,7 @@ public struct ServiceDependencies: Sendable {
         inboxSettings.commitTimeout = databaseTimeout
         var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
         postgresConfiguration.options.maximumConnections = max(20, inboxSettings.flushers * 2)
-        postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: logger)
+        postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: DatabaseURL.poolLogger(logger))
         let sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
         self.sessionCache = sessionCache
         if let sessionCache { inboxSettings.onApplied = { subs in sessionCache.invalidate(subs: subs) } }

@@ -65,6 +65,14 @@ public enum DatabaseURL {
         return Parts(address: .tcp(host: host, port: port), username: username, password: password, database: databaseName, tls: tls)
     }
 
+    /// The logger to give postgres-nio's pool: never below debug. At trace it logs every message it sends and
+    /// receives, bound values and rows included: session rows, subscribers' secrets, claims.
+    public static func poolLogger(_ logger: Logger) -> Logger {
+        var poolLogger = logger
+        poolLogger.logLevel = max(logger.logLevel, .debug)
+        return poolLogger
+    }
+
     public static func configuration(from url: String) throws -> PostgresClient.Configuration {
         let parts = try parts(url)
         var configuration: PostgresClient.Configuration

@@ -88,7 +88,7 @@ public final class DeliveryProber: Service, Sendable {
     /// Opens the prober's own connection and asks for the lock on it every `pause`; once it has the lock, probes
     /// every interval until this task ends or the connection fails. Closing the connection hands the lock on.
     private func leadWhenPossible(pause: Duration) async throws {
-        let connection = try await PostgresConnection.connect(configuration: lockConnection, id: 0, logger: logger)
+        let connection = try await PostgresConnection.connect(configuration: lockConnection, id: 0, logger: DatabaseURL.poolLogger(logger))
         do {
             try await whileOpen(connection) { try await self.lead(on: connection, pause: pause) }
         } catch {

@@ -161,7 +161,8 @@ struct Worker: AsyncParsableCommand {
             try WorkerConfiguration(reader: reader)
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
-        let postgres = PostgresClient(configuration: try DatabaseURL.configuration(from: configuration.databaseURL), backgroundLogger: logger)
+        let postgres = PostgresClient(
+            configuration: try DatabaseURL.configuration(from: configuration.databaseURL), backgroundLogger: DatabaseURL.poolLogger(logger))
         var factory = BackgroundServices(configuration)
         factory.worker.batchSize = batchSize
         factory.worker.concurrency = concurrency
