@@ -28,9 +28,10 @@ enum FetchError: Error, CustomStringConvertible {
 }
 
 extension HTTPClient {
-    /// For key documents, which decide what is accepted: it follows no redirect itself, so that
-    /// `fetchDocument` can check every hop (AsyncHTTPClient would follow https to http).
-    static let keyDocuments = HTTPClient(
+    /// Follows no redirect. For key documents, which decide what is accepted, so that `fetchDocument` can check
+    /// every hop (AsyncHTTPClient would follow https to http); and for the OAuth calls, whose bodies hold a client
+    /// secret and a refresh token (AsyncHTTPClient keeps the body on a 307 or 308, to wherever it points).
+    static let withoutRedirects = HTTPClient(
         eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
 
     /// GETs a small JSON document over https (or loopback http), following at most 3 redirects that stay so;

@@ -199,8 +199,8 @@ public actor IssuerKeys {
         lastFetchStarted = clock()
         do {
             let discovery = try JSONDecoder().decode(
-                Discovery.self, from: try await HTTPClient.keyDocuments.fetchDocument(settings.discoveryURL).body)
-            let jwksDocument = try await HTTPClient.keyDocuments.fetchDocument(discovery.jwks_uri)
+                Discovery.self, from: try await HTTPClient.withoutRedirects.fetchDocument(settings.discoveryURL).body)
+            let jwksDocument = try await HTTPClient.withoutRedirects.fetchDocument(discovery.jwks_uri)
             let newKeys = try await KeySet.build(jwksJSON: jwksDocument.body, allowedAlgorithms: settings.allowedAlgorithms)
             // A key set with nothing usable in it never replaces one that works.
             guard !newKeys.isEmpty else { throw NoUsableKey() }

@@ -40,7 +40,8 @@ public struct TokenResponse: Sendable, Codable, Equatable {
     }
 }
 
-/// Talks to Google's token and revocation endpoints, found in the OpenID configuration.
+/// Talks to Google's token and revocation endpoints, found in the OpenID configuration: https (or http to this
+/// machine) only, and never following a redirect, as the requests carry the client secret and refresh tokens.
 public struct OAuthClient: Sendable {
     public enum Failure: Error, Sendable, Equatable {
         /// No client secret is configured for this client ID.
@@ -51,12 +52,10 @@ public struct OAuthClient: Sendable {
         case unavailable(String)
     }
 
-    let httpClient: HTTPClient
     let provider: IssuerKeys
     let secrets: [String: ClientSecret]
 
-    public init(httpClient: HTTPClient, provider: IssuerKeys, secrets: [ClientSecret]) {
-        self.httpClient = httpClient
+    public init(provider: IssuerKeys, secrets: [ClientSecret]) {
         self.provider = provider
         self.secrets = Dictionary(secrets.map { ($0.clientID, $0) }, uniquingKeysWith: { first, _ in first })
     }
@@ -102,6 +101,7 @@ public struct OAuthClient: Sendable {
         let endpoints: IssuerKeys.Endpoints
         do { endpoints = try await provider.oauthEndpoints() } catch { throw .unavailable("the OpenID configuration is unavailable") }
         guard let url = endpoints[keyPath: path] else { throw .unavailable("the OpenID configuration names no \(name)") }
+        guard URLPolicy.isHTTPSOrLoopback(url) else { throw .unavailable("the OpenID configuration's \(name) is not https") }
         return url
     }
 
@@ -112,7 +112,7 @@ public struct OAuthClient: Sendable {
         request.headers.add(name: "Accept", value: "application/json")
         request.body = .bytes(ByteBuffer(string: FormEncoding.encode(form)))
         do {
-            let response = try await httpClient.execute(request, timeout: .seconds(15))
+            let response = try await HTTPClient.withoutRedirects.execute(request, timeout: .seconds(15))
             let body = try await response.body.collect(upTo: 1 << 20)
             return (Int(response.status.code), Data(buffer: body))
         } catch {

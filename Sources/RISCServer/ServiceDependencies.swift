@@ -25,7 +25,7 @@ public struct ServiceDependencies: Sendable {
     public let databaseTimeout: Duration
 
     public init(
-        configuration: ServiceConfiguration, httpClient: HTTPClient, logger: Logger,
+        configuration: ServiceConfiguration, logger: Logger,
         inboxSettings: EventInbox.Settings = .init(), unknownKidRefetchInterval: Double = 30
     ) throws {
         // Every request's wait for the database has the one bound, RISC_DATABASE_TIMEOUT.
@@ -60,6 +60,6 @@ public struct ServiceDependencies: Sendable {
         } else {
             grants = nil
         }
-        oauth = OAuthClient(httpClient: httpClient, provider: identityProvider, secrets: configuration.clientSecrets)
+        oauth = OAuthClient(provider: identityProvider, secrets: configuration.clientSecrets)
     }
 }

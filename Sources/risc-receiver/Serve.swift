@@ -51,7 +51,7 @@ struct Serve: AsyncParsableCommand {
         var inboxSettings = EventInbox.Settings()
         inboxSettings.applyOnReceipt = !noWorker
         let dependencies = try ServiceDependencies(
-            configuration: configuration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings)
+            configuration: configuration, logger: logger, inboxSettings: inboxSettings)
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
         let factory = BackgroundServices(configuration)

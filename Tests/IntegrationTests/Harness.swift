@@ -101,7 +101,7 @@ struct Harness {
             var inboxSettings = EventInbox.Settings()
             inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt
             let dependencies = try ServiceDependencies(
-                configuration: receiverConfiguration, httpClient: .shared, logger: logger, inboxSettings: inboxSettings,
+                configuration: receiverConfiguration, logger: logger, inboxSettings: inboxSettings,
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval)
             var workers: [any Service] = []
             if options.worker {

@@ -91,7 +91,7 @@ struct RouteTests {
             verifier: SETVerifier(keys: keys(), policy: SETPolicy(audiences: ["client"])), inbox: inbox
         ).addRoutes(to: router)
         VaultController<AppRequestContext, FakeGrants>(
-            serviceToken: serviceToken, grants: grants, oauth: OAuthClient(httpClient: .shared, provider: keys(), secrets: [])
+            serviceToken: serviceToken, grants: grants, oauth: OAuthClient(provider: keys(), secrets: [])
         ).addRoutes(to: router)
         return Application(router: router)
     }
