@@ -75,7 +75,9 @@ public struct NotificationStore: Sendable {
     public func syncConfigured(_ configured: [NewSubscriber]) async throws {
         try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
-                try await connection.query("SELECT pg_advisory_xact_lock(hashtext('risc_subscribers_configured'))", logger: logger)
+                try await connection.query(
+                    "SELECT pg_advisory_xact_lock(\(AdvisoryLock.singletonClass), \(AdvisoryLock.configuredSubscribers.rawValue))",
+                    logger: logger)
                 try await connection.query(
                     "DELETE FROM risc_subscribers WHERE configured AND url <> ALL(\(configured.map(\.url)))", logger: logger)
                 for subscriber in configured {

@@ -30,7 +30,8 @@ public struct RetentionStore: Sendable {
         try await client.transaction(timeout: .seconds(30), logger: logger) { connection in
             var locked = false
             for try await granted in try await connection.query(
-                "SELECT pg_try_advisory_xact_lock(hashtext('risc_event_retention'))", logger: logger
+                "SELECT pg_try_advisory_xact_lock(\(AdvisoryLock.singletonClass), \(AdvisoryLock.eventRetention.rawValue))",
+                logger: logger
             ).decode(Bool.self) { locked = granted }
             guard locked else { return 0 }
             return try await body(connection)

@@ -31,9 +31,6 @@ public final class DeliveryProber: Service, Sendable {
         var intervalSeconds: Double { Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18 }
     }
 
-    /// The advisory lock's key: "risc-delivery-probe" hashed by PostgreSQL, the same in every instance.
-    static let lockKey = "risc-delivery-probe"
-
     let client: PostgresClient
     let lockConnection: PostgresConnection.Configuration
     let management: RISCManagement
@@ -129,7 +126,8 @@ public final class DeliveryProber: Service, Sendable {
     static let changeCheckPause: Duration = .seconds(1)
 
     private func takeLock(on connection: PostgresConnection) async throws -> Bool {
-        for try await taken in try await connection.query("SELECT pg_try_advisory_lock(hashtext(\(Self.lockKey)))", logger: logger).decode(Bool.self) {
+        for try await taken in try await connection.query(
+                "SELECT pg_try_advisory_lock(\(AdvisoryLock.singletonClass), \(AdvisoryLock.deliveryProbe.rawValue))", logger: logger).decode(Bool.self) {
             return taken
         }
         return false

@@ -80,6 +80,43 @@ struct HardeningTests {
 
     // MARK: 2. One oversized or unstorable claim fails only its own SET.
 
+    /// The advisory locks (classid, objid, objsubid) of this connection, or of every connection: objsubid 2 is the
+    /// two-key form, classid its first key.
+    static func advisoryLocks(_ connection: PostgresConnection, everyone: Bool) async throws -> [[Int64]] {
+        var locks: [[Int64]] = []
+        for try await (classID, objectID, form) in try await connection.query(
+            """
+            SELECT classid::int8, objid::int8, objsubid::int8 FROM pg_locks
+             WHERE locktype = 'advisory' AND (\(everyone) OR pid = pg_backend_pid())
+            """, logger: Harness.logger
+        ).decode((Int64, Int64, Int64).self) {
+            locks.append([classID, objectID, form])
+        }
+        return locks
+    }
+
+    @Test("Each advisory lock has its own key space: a user's lock can never be the delivery prober's, whatever the sub")
+    func advisoryLockKeySpaces() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            try await harness.database.withTransaction(logger: Harness.logger) { connection in
+                try await connection.query("SELECT risc_lock_user('someone')", logger: Harness.logger)
+                var hash: Int64 = 0
+                for try await value in try await connection.query("SELECT hashtext('someone')::int8", logger: Harness.logger).decode(Int64.self) {
+                    hash = value < 0 ? value + (1 << 32) : value  // objid is the key's 32 bits, unsigned
+                }
+                #expect(try await Self.advisoryLocks(connection, everyone: false) == [[Int64(AdvisoryLock.userClass), hash, 2]])
+            }
+            try await withProber(harness, interval: .seconds(60), deliveryURL: harness.eventsURL) {
+                try await eventually("the prober holds its lock") {
+                    try await harness.database.withConnection { connection in
+                        try await Self.advisoryLocks(connection, everyone: true).contains(
+                            [Int64(AdvisoryLock.singletonClass), Int64(AdvisoryLock.deliveryProbe.rawValue), 2])
+                    }
+                }
+            }
+        }
+    }
+
     @Test("An oversized jti, iss or sub is refused alone; SETs committed beside it are accepted")
     func oversizedClaims() async throws {
         try await Harness.with { harness in
