@@ -23,8 +23,11 @@ public final class NotificationDispatcher: Service, Sendable {
         /// attempts doubles from `backoffBase` seconds (RISC_NOTIFY_BACKOFF_BASE), with jitter, up to an hour.
         public var retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 1, maxDelay: longestBackoffSeconds)
         public static let longestBackoffSeconds: Double = 3600
-        /// No answer by then is a failed attempt (10 s).
+        /// No status line by then is a failed attempt (10 s).
         public var timeout: Duration = .seconds(10)
+        /// How long the body after a status line is read (and dropped, so the connection can be reused). The status
+        /// line has decided by then: a slow body is cut off, never a failure.
+        public var replyBodyTimeout: Duration = .seconds(2)
         public var concurrency = 16
         public var pollInterval: Duration = .seconds(1)
         /// RISC_SUBSCRIBERS: made the configured subscribers before the first delivery; nil leaves them alone.
@@ -33,7 +36,7 @@ public final class NotificationDispatcher: Service, Sendable {
 
         /// How long a taken notification is left alone: past the timeout, so only a dispatcher that died mid-delivery
         /// (or its database connection) lets another send it again.
-        var lease: Duration { timeout + .seconds(5) }
+        var lease: Duration { timeout + replyBodyTimeout + .seconds(5) }
     }
 
     let store: NotificationStore
@@ -214,21 +217,23 @@ public final class NotificationDispatcher: Service, Sendable {
     /// How much of a subscriber's answer is read (and dropped), so that its connection can be reused.
     static let maxReplyBytes = 64 * 1024
 
-    /// Nil when the subscriber answered 2xx within the timeout; otherwise why not (never the URL, which may carry
-    /// a credential, nor the body).
+    /// Nil when the subscriber's status line was 2xx within the timeout; otherwise why not (never the URL, which may
+    /// carry a credential, nor the body).
     private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
         let timeout = settings.timeout
+        let response: HTTPClientResponse
         do {
-            return try await withTimeout(timeout) {
-                let response = try await http.execute(request, timeout: .seconds(Int64(timeout.components.seconds) + 1))
-                // Read (and drop) a bounded answer, so the connection can be reused.
-                _ = try? await response.body.collect(upTo: Self.maxReplyBytes)
-                return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
+            let deadline = timeout + settings.replyBodyTimeout + .seconds(1)
+            response = try await withTimeout(timeout) {
+                try await http.execute(request, timeout: .seconds(Int64(deadline.components.seconds)))
             }
         } catch is TimeoutError {
             return "no answer within \(timeout.components.seconds) s"
         } catch {
             return "cannot deliver: \(String(describing: error).prefix(200))"
         }
+        // The status line decides. The body is read under its own bound and dropped; one cut off closes the connection.
+        _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
+        return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
     }
 }

@@ -30,6 +30,8 @@ final class TestSubscriber: Sendable {
         case status(Int)
         /// Answers 200 only after this long (past the dispatcher's timeout: no answer in time).
         case hang(Duration)
+        /// Answers 200 at once, then sends its body a byte at a time over this long.
+        case slowBody(Duration)
     }
 
     let secret = StandardWebhook.generateSecret()
@@ -83,6 +85,18 @@ final class TestSubscriber: Sendable {
                     try? await Task.sleep(for: .milliseconds(50))
                 }
                 return Response(status: .ok)
+            case .slowBody(let duration):
+                self.accepted.withLock { $0.append(delivery) }
+                return Response(
+                    status: .ok,
+                    body: ResponseBody { writer in
+                        let deadline = ContinuousClock.now + duration
+                        while ContinuousClock.now < deadline && !self.finished.load(ordering: .relaxed) {
+                            try await writer.write(ByteBuffer(string: "."))
+                            try? await Task.sleep(for: .milliseconds(200))
+                        }
+                        try await writer.finish(nil)
+                    })
             }
         }
         let (ports, port) = AsyncStream.makeStream(of: Int.self)
@@ -335,6 +349,27 @@ struct NotificationTests {
                     "revoke_sessions": EventType.sessionsRevoked.rawValue,
                     "require_credential_change": EventType.accountCredentialChangeRequired.rawValue,
                 ], "\(types)")
+        }
+    }
+
+    @Test("A 2xx status line is a delivery, however slowly its body follows: it is not sent again")
+    func slowBodyAfterSuccess() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = TestSubscriber { _, _ in .slowBody(.seconds(8)) }
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                var settings = NotificationDispatcher.Settings.fast
+                settings.timeout = .seconds(3)
+                try await withDispatchers(client: harness.database, settings: settings) {
+                    let sub = "slow-body-\(UUID().uuidString)"
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+                    try await eventually("the delivery is recorded", timeout: .seconds(30)) {
+                        try await harness.notifications(sub: sub).first?.status == "delivered"
+                    }
+                    #expect(try await harness.notifications(sub: sub).first?.attempts == 1)
+                    #expect(subscriber.deliveries.filter { $0.sub == sub }.count == 1)
+                }
+            }
         }
     }
 
