@@ -152,6 +152,11 @@ public enum ConfigVariables {
         rule: "must be a number of seconds, at least 60", note: "14 days"
     ) { $0 >= 60 }
 
+    public static let maxSessionsPerUser = ConfigVariable<Int>(
+        "RISC_MAX_SESSIONS_PER_USER", default: .value(50),
+        help: "live sessions a user may have; a sign-in beyond that ends the oldest", rule: "must be a number from 1 to 10000"
+    ) { (1...10000).contains($0) }
+
     /// Workspace domains an ID token's `hd` must name; empty for no restriction.
     public static let hostedDomains = ConfigVariable<Set<String>>(
         "RISC_HOSTED_DOMAINS", as: [String].self, default: .value([]),

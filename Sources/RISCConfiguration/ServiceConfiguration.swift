@@ -42,6 +42,7 @@ public struct ServiceConfiguration: Sendable {
     public var verifyIntervalSeconds = ConfigVariables.verifyInterval.defaultValue
     public var deliveryURL: String?
     public var sessionLifetimeSeconds = ConfigVariables.sessionLifetime.defaultValue
+    public var maxSessionsPerUser = ConfigVariables.maxSessionsPerUser.defaultValue
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
     public var sessionCache = ConfigVariables.sessionCache.defaultValue
     public var idleTimeoutSeconds = ConfigVariables.idleTimeout.defaultValue
@@ -119,6 +120,7 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.verifyInterval, \.verifyIntervalSeconds),
         Setting(ConfigVariables.deliveryURL, \.deliveryURL),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),
+        Setting(ConfigVariables.maxSessionsPerUser, \.maxSessionsPerUser),
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),
         Setting(ConfigVariables.sessionCache, \.sessionCache),
         Setting(ConfigVariables.idleTimeout, \.idleTimeoutSeconds),

@@ -53,6 +53,7 @@ public struct ServiceDependencies: Sendable {
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
         sessions = SessionStore(
             client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds),
+            maxSessionsPerUser: configuration.maxSessionsPerUser,
             databaseTimeout: databaseTimeout, logger: logger)
         if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
             let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))

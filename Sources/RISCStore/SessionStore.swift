@@ -61,6 +61,9 @@ public struct SessionStore: Sendable {
     let cache: SessionCache?
     let logger: Logger
     public let sessionLifetime: Duration
+    /// A user's live sessions at most (RISC_MAX_SESSIONS_PER_USER): a sign-in beyond it ends the oldest. An ID token
+    /// can be replayed for its hour; without a cap each replay would add a session for good.
+    public let maxSessionsPerUser: Int
     /// How long a call waits for the database before it throws `TimeoutError` (RISC_DATABASE_TIMEOUT). With the
     /// database down, the pool would otherwise keep a caller waiting about a minute, and the app's every
     /// request behind it.
@@ -68,11 +71,12 @@ public struct SessionStore: Sendable {
 
     public init(
         client: PostgresClient, cache: SessionCache? = nil, sessionLifetime: Duration = .seconds(14 * 24 * 3600),
-        databaseTimeout: Duration = .seconds(5), logger: Logger
+        maxSessionsPerUser: Int = 50, databaseTimeout: Duration = .seconds(5), logger: Logger
     ) {
         self.client = client
         self.cache = cache
         self.sessionLifetime = sessionLifetime
+        self.maxSessionsPerUser = maxSessionsPerUser
         self.databaseTimeout = databaseTimeout
         self.logger = logger
     }
@@ -127,6 +131,15 @@ public struct SessionStore: Sendable {
                 """, logger: logger)
             var expiresAt = Date()
             for try await value in session.decode(Date.self) { expiresAt = value }
+            // Over the cap, the oldest live sessions end as a sign-out does (their rows deleted; the trigger tells
+            // every session cache). Under the user's lock, so concurrent sign-ins cannot both stay over it.
+            try await connection.query(
+                """
+                DELETE FROM risc_sessions WHERE id IN (
+                    SELECT id FROM risc_sessions
+                     WHERE sub = \(profile.sub) AND revoked_at IS NULL AND expires_at > clock_timestamp()
+                     ORDER BY created_at DESC, id DESC OFFSET \(maxSessionsPerUser))
+                """, logger: logger)
             let user = UserView(
                 sub: profile.sub, email: profile.email, emailVerified: profile.emailVerified, name: profile.name,
                 picture: profile.picture, hd: profile.hostedDomain)

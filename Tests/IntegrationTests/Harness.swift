@@ -34,6 +34,7 @@ struct Harness {
         /// to the worker (as `serve --no-worker` plus a `worker` would).
         var applyOnReceipt = true
         var maxAttempts = 10
+        var maxSessionsPerUser = ConfigVariables.maxSessionsPerUser.defaultValue
         /// Start with the transmitter's discovery documents and JWKS answering 503.
         var keysOutageAtStart = false
         var adminToken: String? = Harness.adminToken
@@ -97,6 +98,7 @@ struct Harness {
             receiverConfiguration.vaultKey = vaultKey
             receiverConfiguration.clientSecrets = [ClientSecret(clientID: audience, clientSecret: "dev-client-secret")]
             receiverConfiguration.worker.maxAttempts = options.maxAttempts
+            receiverConfiguration.maxSessionsPerUser = options.maxSessionsPerUser
             // As `serve` does: with a worker in the process, events are applied on receipt.
             var inboxSettings = EventInbox.Settings()
             inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt

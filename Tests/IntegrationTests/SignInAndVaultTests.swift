@@ -73,6 +73,38 @@ struct SignInAndVaultTests {
         }
     }
 
+    @Test("One ID token replayed signs in again, but a user keeps at most RISC_MAX_SESSIONS_PER_USER live sessions: the oldest end")
+    func sessionCap() async throws {
+        var options = Harness.Options()
+        options.maxSessionsPerUser = 3
+        try await Harness.with(options) { harness in
+            let sub = "capped-\(UUID().uuidString)"
+            let idToken = try await harness.idToken(sub: sub)
+            var sessions: [String] = []
+            for _ in 0..<5 {
+                let reply = try await harness.call(.POST, "/tokensignin", form: ["idtoken": idToken])
+                #expect(reply.status == 200, "\(reply.body)")
+                sessions.append(try #require(reply.json["session_token"]?.stringValue))
+                if sessions.count == 1 { #expect(try await harness.checkSession(sessions[0]).status == 200) }  // now cached
+            }
+            // The cache hears of the ended session through the database's notification, a moment after the commit.
+            try await eventually("the first session has ended") { try await harness.checkSession(sessions[0]).status == 401 }
+            for (index, session) in sessions.enumerated() {
+                let check = try await harness.checkSession(session)
+                if index < 2 {
+                    #expect(check.status == 401 && check.json["error"]?.stringValue == "invalid_session", "session \(index)")
+                } else {
+                    #expect(check.status == 200, "session \(index)")
+                }
+            }
+            for try await count in try await harness.database.query("SELECT count(*)::int8 FROM risc_sessions WHERE sub = \(sub)")
+                .decode(Int64.self)
+            {
+                #expect(count == 3)
+            }
+        }
+    }
+
     @Test("The vault needs the service token, compared exactly")
     func vaultAuthentication() async throws {
         try await Harness.with { harness in
