@@ -12,23 +12,31 @@ public struct DeliveryProbes: Sendable {
         self.logger = logger
     }
 
+    /// How long a probe's record is kept (the latest arrival is kept whatever its age).
+    public static let retentionDays = 7
+    /// The longest error text kept with a probe: Google's error bodies can be large.
+    public static let maxErrorLength = 1000
+
+    /// The query behind `facts`: every part reads through an index (migration 0003), as every instance runs it
+    /// every few seconds.
+    public static let factsSQL = """
+        WITH latest AS (SELECT * FROM risc_delivery_probes ORDER BY id DESC LIMIT 1),
+             arrived AS (SELECT * FROM risc_delivery_probes WHERE arrived_at IS NOT NULL ORDER BY id DESC LIMIT 1)
+        SELECT (SELECT arrived_at FROM arrived),
+               (SELECT extract(epoch FROM arrived_at - requested_at)::float8 FROM arrived),
+               (SELECT count(*) FROM risc_delivery_probes p, latest
+                 WHERE p.timed_out AND p.prober_started_at = latest.prober_started_at)::int8,
+               latest.stream_enabled, latest.delivery_url, latest.events_requested, latest.error,
+               (SELECT max(changed_at) FROM risc_stream_changes
+                 WHERE latest.id IS NULL OR changed_at >= coalesce(latest.stream_read_at, latest.requested_at))
+        FROM (SELECT 1) AS one LEFT JOIN latest ON true
+        """
+
     /// What the probes recorded: the last arrival, the last round trip, the timeouts since the latest prober
-    /// started, and what the management API reported at the latest probe.
+    /// started (within the retention), and what the management API reported at the latest probe.
     public func facts(on connection: PostgresConnection) async throws -> DeliveryHealth.Facts {
         var facts = DeliveryHealth.Facts()
-        let rows = try await connection.query(
-            """
-            WITH latest AS (SELECT * FROM risc_delivery_probes ORDER BY id DESC LIMIT 1),
-                 arrived AS (SELECT * FROM risc_delivery_probes WHERE arrived_at IS NOT NULL ORDER BY id DESC LIMIT 1)
-            SELECT (SELECT max(arrived_at) FROM risc_delivery_probes),
-                   (SELECT extract(epoch FROM arrived_at - requested_at)::float8 FROM arrived),
-                   (SELECT count(*) FROM risc_delivery_probes p, latest
-                     WHERE p.timed_out AND p.prober_started_at = latest.prober_started_at)::int8,
-                   latest.stream_enabled, latest.delivery_url, latest.events_requested, latest.error,
-                   (SELECT max(changed_at) FROM risc_stream_changes
-                     WHERE latest.id IS NULL OR changed_at >= coalesce(latest.stream_read_at, latest.requested_at))
-            FROM (SELECT 1) AS one LEFT JOIN latest ON true
-            """, logger: logger)
+        let rows = try await connection.query(PostgresQuery(unsafeSQL: Self.factsSQL), logger: logger)
         for try await (lastArrival, roundTrip, timedOut, streamEnabled, deliveryURL, eventTypes, managementError, changedAfter)
             in rows.decode((Date?, Double?, Int64, Bool?, String?, [String]?, String?, Date?).self)
         {
@@ -85,7 +93,7 @@ public struct DeliveryProbes: Sendable {
             """
             INSERT INTO risc_delivery_probes (state, prober_started_at, stream_read_at, stream_enabled, delivery_url, events_requested, error)
             VALUES (\(state), \(proberStartedAt), \(streamReadAt), \(report.streamEnabled), \(report.deliveryURL), \(report.eventTypes),
-                    \(report.error))
+                    \(report.error.map { String($0.prefix(Self.maxErrorLength)) }))
             """, logger: logger)
     }
 
@@ -109,10 +117,25 @@ public struct DeliveryProbes: Sendable {
         return false
     }
 
-    /// Adds to the probe's error (the verification request itself failed).
+    /// Adds to the probe's error (the verification request itself failed), keeping at most `maxErrorLength`.
     public func recordError(state: String, _ error: String, on connection: PostgresConnection) async throws {
+        let added = String(error.prefix(Self.maxErrorLength))
         try await connection.query(
-            "UPDATE risc_delivery_probes SET error = coalesce(error || '; ', '') || \(error) WHERE state = \(state)", logger: logger)
+            """
+            UPDATE risc_delivery_probes SET error = left(coalesce(error || '; ', '') || \(added), \(Self.maxErrorLength)::int)
+             WHERE state = \(state)
+            """, logger: logger)
+    }
+
+    /// Deletes the records older than `retentionDays`, except the latest arrival (`stream health` reports it however
+    /// old it is). The leading prober calls it after each probe.
+    public func deleteOld(on connection: PostgresConnection) async throws {
+        try await connection.query(
+            """
+            DELETE FROM risc_delivery_probes
+             WHERE requested_at < now() - make_interval(days => \(Self.retentionDays)::int)
+               AND id <> coalesce((SELECT id FROM risc_delivery_probes WHERE arrived_at IS NOT NULL ORDER BY id DESC LIMIT 1), 0)
+            """, logger: logger)
     }
 
     /// The round trip in seconds once the SET has arrived; nil while it has not.

@@ -105,7 +105,10 @@ public final class DeliveryProber: Service, Sendable {
         while !Task.isCancelled {
             let started = ContinuousClock.now
             // Bounded: on a connection whose server went silent, a query would wait for TCP to give up.
-            try await withTimeout(settings.interval + .seconds(30)) { try await self.probe(on: connection) }
+            try await withTimeout(settings.interval + .seconds(30)) {
+                try await self.probe(on: connection)
+                try await self.probes.deleteOld(on: connection)
+            }
             try await waitForNextProbe(until: started + settings.interval, on: connection)
         }
     }

@@ -278,6 +278,51 @@ struct DeliveryHealthTests {
         }
     }
 
+    @Test("Probe records are kept 7 days (the latest arrival always), their error text is capped, and health reads by index")
+    func probeRecordsBounded() async throws {
+        try await Harness.withIsolatedDatabase { harness in
+            let started = Date()
+            try await harness.database.withConnection { connection in
+                let probes = DeliveryProbes(logger: Harness.logger)
+                for state in ["old-1", "old-2"] {
+                    try await probes.start(state: state, proberStartedAt: started, streamReadAt: started, report: .init(), on: connection)
+                }
+                try await connection.query(
+                    "UPDATE risc_delivery_probes SET requested_at = now() - interval '8 days' WHERE state LIKE 'old-%'", logger: Harness.logger)
+                var report = DeliveryProbes.Report()
+                report.error = String(repeating: "e", count: 100_000)
+                try await probes.start(state: "noisy", proberStartedAt: started, streamReadAt: started, report: report, on: connection)
+                try await probes.recordError(state: "noisy", String(repeating: "f", count: 100_000), on: connection)
+                for try await length in try await connection.query(
+                    "SELECT length(error)::int8 FROM risc_delivery_probes WHERE state = 'noisy'", logger: Harness.logger
+                ).decode(Int64.self) {
+                    #expect(length <= Int64(DeliveryProbes.maxErrorLength))
+                }
+                // With sequential scans priced out, a plan that still holds one has no index to use.
+                try await connection.query("SET enable_seqscan = off", logger: Harness.logger)
+                var plan: [String] = []
+                for try await line in try await connection.query(
+                    PostgresQuery(unsafeSQL: "EXPLAIN " + DeliveryProbes.factsSQL), logger: Harness.logger
+                ).decode(String.self) {
+                    plan.append(line)
+                }
+                try await connection.query("RESET enable_seqscan", logger: Harness.logger)
+                #expect(!plan.contains { $0.contains("Seq Scan on risc_delivery_probes") }, "\(plan.joined(separator: "\n"))")
+            }
+            try await withProber(harness, interval: .seconds(Self.interval), deliveryURL: harness.eventsURL) {
+                try await eventually("a probe deleted the records older than 7 days") {
+                    var old: Int64 = -1
+                    for try await count in try await harness.database.query(
+                        "SELECT count(*)::int8 FROM risc_delivery_probes WHERE requested_at < now() - interval '7 days'"
+                    ).decode(Int64.self) {
+                        old = count
+                    }
+                    return old == 0
+                }
+            }
+        }
+    }
+
     @Test("RISC_VERIFY_INTERVAL without RISC_DELIVERY_URL: serve and stream health exit 2 with one line naming it")
     func configuration() async throws {
         let environment = [
