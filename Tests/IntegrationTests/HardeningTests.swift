@@ -322,6 +322,51 @@ struct HardeningTests {
         }
     }
 
+    @Test("Two batches erasing grants by token identifier and by user take their locks in one order: no deadlock")
+    func grantErasureLockOrder() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let (x, y) = ("grants-x-\(UUID().uuidString)", "grants-y-\(UUID().uuidString)")
+            // Many grants behind one identifier make the first batch's erasure slow: the second batch starts inside it.
+            try await harness.database.query(
+                """
+                INSERT INTO risc_grants (id, sub, client_id, token_prefix, token_hash, ciphertext, vault_key_id)
+                SELECT gen_random_uuid(), \(x), 'c', 'prefix-of-x', 'hx-' || i, '\\x00'::bytea, 'k'
+                FROM generate_series(1, 40000) AS i
+                UNION ALL SELECT gen_random_uuid(), \(y), 'c', 'prefix-of-y', 'hy', '\\x00'::bytea, 'k'
+                """)
+            let jti = try await harness.sendAndWait("sessions-revoked", sub: "grants-event-\(UUID().uuidString)")
+            var eventID: Int64 = 0
+            for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
+            func batch(prefix: String, user: String) -> String {
+                JSONValue.array([
+                    ["event": .number(Double(eventID)), "position": 0, "kind": "delete_grant_by_prefix", "sub": .null,
+                     "argument": .string(prefix), "client_ids": ["c"]],
+                    ["event": .number(Double(eventID)), "position": 0, "kind": "delete_grants", "sub": .string(user), "argument": .null,
+                     "client_ids": []],
+                ]).serialized
+            }
+            let (first, second) = (batch(prefix: "prefix-of-x", user: y), batch(prefix: "prefix-of-y", user: x))
+            let deadlocksBefore = try await deadlocks(harness)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (delay, actions) in [(0, first), (150, second)] {
+                    group.addTask {
+                        try await Task.sleep(for: .milliseconds(delay))
+                        _ = try await harness.database.withTransaction(logger: Harness.logger) { connection in
+                            try await connection.query("SELECT * FROM risc_apply_actions(\(actions)::jsonb, NULL, '{}')", logger: Harness.logger)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await deadlocks(harness) == deadlocksBefore, "PostgreSQL detected a deadlock")
+            for try await live in try await harness.database.query(
+                "SELECT count(*)::int8 FROM risc_grants WHERE sub IN (\(x), \(y)) AND revoked_at IS NULL"
+            ).decode(Int64.self) {
+                #expect(live == 0)
+            }
+        }
+    }
+
     func deadlocks(_ harness: Harness) async throws -> Int64 {
         // Statistics are per database; this one belongs to the test alone.
         try await harness.database.query("SELECT pg_stat_clear_snapshot()")

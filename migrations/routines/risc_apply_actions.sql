@@ -14,10 +14,10 @@
 --   {"event": N, "position": P, "kind": K, "sub": S or null, "argument": A or null, "client_ids": [...]}
 -- `event` is the event's id; or, when `event_ids` is given, the 1-based place of the id in `event_ids` (the
 -- inbox's batch rows), where NULL (a duplicate SET) skips the action. `position` is the event's place in its SET.
--- Actions run sorted by user (byte order), so every batch takes users' locks in one order, and sign-in takes one
--- user's lock: none waits on another's user locks in a cycle. (A token identifier names no user: its grants are
--- erased without a user's lock. Should that ever meet another batch in a deadlock, PostgreSQL ends one of the
--- two, which is then retried: the inbox stores it for a worker, a worker retries the batch event by event.)
+-- Every user the batch touches is locked first, in one order (byte order): the actions' users, and the owners of
+-- the grants a token identifier names (such an action names no user of its own). Sign-in takes one user's lock.
+-- A user's rows, grants included, are only changed under that user's lock, so no two batches, and no batch and
+-- sign-in, can wait on each other in a cycle. The actions then run sorted by user.
 CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}')
 RETURNS TABLE (kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
 DECLARE
@@ -41,6 +41,22 @@ DECLARE
     out_details text[] := '{}';
     out_counts  integer[] := '{}';
 BEGIN
+    FOR locked_sub IN
+        SELECT DISTINCT u.sub COLLATE "C" FROM (
+            SELECT x.sub FROM jsonb_to_recordset(actions) AS x(sub text) WHERE x.sub IS NOT NULL
+            UNION ALL
+            SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
+              JOIN risc_grants g ON g.token_prefix = x.argument
+             WHERE x.kind = 'delete_grant_by_prefix' AND g.client_id IN (SELECT jsonb_array_elements_text(x.client_ids))
+            UNION ALL
+            SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
+              JOIN risc_grants g ON g.token_hash = x.argument
+             WHERE x.kind = 'delete_grant_by_hash' AND g.client_id IN (SELECT jsonb_array_elements_text(x.client_ids))
+        ) AS u
+        ORDER BY 1
+    LOOP
+        PERFORM risc_lock_user(locked_sub);
+    END LOOP;
     FOR a IN
         SELECT CASE WHEN event_ids IS NULL THEN x.event ELSE event_ids[x.event::int] END AS event, x.position, x.kind, x.sub,
                x.argument, x.client_ids
@@ -53,10 +69,6 @@ BEGIN
         IF event_id IS DISTINCT FROM a.event THEN
             event_id := a.event;
             SELECT e.received_at, e.issued_at INTO STRICT received, issued FROM risc_events e WHERE e.id = event_id;
-        END IF;
-        IF a.sub IS NOT NULL AND locked_sub IS DISTINCT FROM a.sub THEN
-            PERFORM risc_lock_user(a.sub);
-            locked_sub := a.sub;
         END IF;
         affected := 0;
         ambiguous := 0;
