@@ -34,9 +34,7 @@ public struct NotificationStore: Sendable {
         public let actions: [ActionKind]?
 
         public init(url: String, secret: String?, actions: [String]?) throws(AdminQueries.InvalidParameter) {
-            guard URLPolicy.isHTTPSOrLoopback(url) else {
-                throw .init(name: "url", problem: "must be an https:// URL (http:// only on loopback: 127.0.0.0/8, ::1, localhost)")
-            }
+            if let problem = URLPolicy.subscriberURLProblem(url) { throw .init(name: "url", problem: problem) }
             if let secret, StandardWebhook.key(secret: secret) == nil {
                 throw .init(name: "secret", problem: "must be whsec_ followed by 24 to 64 bytes in base64")
             }
@@ -242,17 +240,28 @@ public struct NotificationStore: Sendable {
         public let secret: String
     }
 
-    /// Takes up to `limit` due notifications, only the oldest pending one of each (subscriber, user), so a user's
-    /// notifications go out in order. Each is counted as an attempt and leased for `lease`: if the dispatcher
-    /// dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
-    public func claim(limit: Int, lease: Duration) async throws -> [Delivery] {
+    /// The subscribers' ids, for the dispatcher's claims one subscriber at a time.
+    public func subscriberIDs() async throws -> [Int64] {
+        try await bounded { connection in
+            var ids: [Int64] = []
+            for try await id in try await connection.query("SELECT id FROM risc_subscribers ORDER BY id", logger: logger).decode(Int64.self) {
+                ids.append(id)
+            }
+            return ids
+        }
+    }
+
+    /// Takes up to `limit` due notifications of one subscriber, only the oldest pending one of each of its users, so a
+    /// user's notifications go out in order. Each is counted as an attempt and leased for `lease`: if the
+    /// dispatcher dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
+    public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
         try await bounded { connection in
             let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
             let rows = try await connection.query(
                 """
                 WITH due AS (
                     SELECT n.id FROM risc_notifications n
-                    WHERE n.status = \(NotificationStatus.pending) AND n.next_attempt_at <= now()
+                    WHERE n.status = \(NotificationStatus.pending) AND n.next_attempt_at <= now() AND n.subscriber_id = \(subscriber)
                       AND NOT EXISTS (
                           SELECT 1 FROM risc_notifications earlier
                           WHERE earlier.status = \(NotificationStatus.pending) AND earlier.subscriber_id = n.subscriber_id

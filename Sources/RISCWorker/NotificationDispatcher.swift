@@ -11,8 +11,11 @@ import Synchronization
 
 /// Delivers the notification outbox to subscribers: Standard Webhooks `POST`s, at least once.
 /// Woken by `NOTIFY risc_notifications` when actions commit, and by a poll (retries coming due, a lost
-/// notification). Keeps up to `concurrency` deliveries in flight; any number of dispatchers may run, in this
-/// process or others, as each takes only what no other holds. On graceful shutdown it takes nothing new and lets
+/// notification). Keeps up to `concurrency` deliveries in flight per subscriber, each subscriber with its own
+/// connections: a slow or unreachable subscriber holds up only its own notifications. Any number of dispatchers
+/// may run, in this process or others, as each takes only what no other holds.
+/// Before each delivery the subscriber's host is resolved and every address checked (`IPAddress`); the connection
+/// goes to the address checked, so a name that resolves elsewhere a moment later cannot redirect it. On graceful shutdown it takes nothing new and lets
 /// the deliveries in flight finish; one cut short is sent again once its lease ends.
 /// Successful deliveries are recorded together, by the loop, just before it takes more: one UPDATE for many
 /// instead of one each. A user's next notification is taken only after that (its order holds); a dispatcher that
@@ -28,7 +31,10 @@ public final class NotificationDispatcher: Service, Sendable {
         /// How long the body after a status line is read (and dropped, so the connection can be reused). The status
         /// line has decided by then: a slow body is cut off, never a failure.
         public var replyBodyTimeout: Duration = .seconds(2)
-        public var concurrency = 16
+        /// Deliveries in flight per subscriber.
+        public var concurrency = 8
+        /// Resolves a subscriber's host name to its addresses (the system's resolver; tests give their own).
+        public var resolve: @Sendable (String) async throws -> [IPAddress] = SubscriberAddresses.systemResolve
         public var pollInterval: Duration = .seconds(1)
         /// RISC_SUBSCRIBERS: made the configured subscribers before the first delivery; nil leaves them alone.
         public var configuredSubscribers: [NotificationStore.NewSubscriber]?
@@ -43,7 +49,9 @@ public final class NotificationDispatcher: Service, Sendable {
     let client: PostgresClient
     let settings: Settings
     let logger: Logger
-    private let inFlight = Atomic<Int>(0)
+    /// Deliveries in flight, by subscriber.
+    private let inFlight = Mutex<[Int64: Int]>([:])
+    private let connections = SubscriberConnections()
     /// Delivered (id and attempt), not yet recorded.
     private let delivered = Mutex<[(id: Int64, attempt: Int)]>([])
     private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
@@ -62,7 +70,7 @@ public final class NotificationDispatcher: Service, Sendable {
         if let configured = settings.configuredSubscribers {
             await syncConfiguredSubscribers(configured)
         }
-        let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        connections.configuration = configuration
         let (wakeUps, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         waker.withLock { $0 = continuation }
         continuation.yield()  // notifications left over from before the start
@@ -74,7 +82,7 @@ public final class NotificationDispatcher: Service, Sendable {
         await withGracefulShutdownHandler {
             // Ends after the stream does (graceful shutdown), once the deliveries in flight are done.
             await withDiscardingTaskGroup { group in
-                await self.dispatch(wakeUps, http: http, group: &group)
+                await self.dispatch(wakeUps, group: &group)
             }
             await self.recordDelivered()
         } onGracefulShutdown: {
@@ -82,7 +90,7 @@ public final class NotificationDispatcher: Service, Sendable {
         }
         listener.cancel()
         poller.cancel()
-        try? await http.shutdown()
+        await connections.shutdown()
         logger.info("Notification dispatcher stopped")
     }
 
@@ -111,34 +119,38 @@ public final class NotificationDispatcher: Service, Sendable {
         }
     }
 
-    /// On each wake-up, takes as many due notifications as there are free delivery slots, until none is due.
-    /// A finished delivery frees its slot and wakes the loop.
-    private func dispatch(_ wakeUps: AsyncStream<Void>, http: HTTPClient, group: inout DiscardingTaskGroup) async {
+    /// On each wake-up, takes for each subscriber as many due notifications as it has free delivery slots, until
+    /// none is due. A finished delivery frees its slot and wakes the loop.
+    private func dispatch(_ wakeUps: AsyncStream<Void>, group: inout DiscardingTaskGroup) async {
         for await _ in wakeUps {
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
                 await recordDelivered()
-                let free = settings.concurrency - inFlight.load(ordering: .relaxed)
-                guard free > 0 else { break }
-                let claimed: [NotificationStore.Delivery]
+                var claimedAny = false
                 do {
-                    claimed = try await store.claim(limit: free, lease: settings.lease)
+                    for subscriber in try await store.subscriberIDs() {
+                        let free = settings.concurrency - inFlight.withLock { $0[subscriber] ?? 0 }
+                        guard free > 0 else { continue }
+                        let claimed = try await store.claim(subscriber: subscriber, limit: free, lease: settings.lease)
+                        guard !claimed.isEmpty else { continue }
+                        claimedAny = true
+                        inFlight.withLock { $0[subscriber, default: 0] += claimed.count }
+                        for delivery in claimed {
+                            group.addTask {
+                                await self.deliver(delivery)
+                                self.inFlight.withLock { $0[subscriber, default: 1] -= 1 }
+                                self.wake()
+                            }
+                        }
+                    }
                 } catch {
                     logger.warning("Could not take notifications to deliver; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
                     break
                 }
-                guard !claimed.isEmpty else { break }
-                inFlight.add(claimed.count, ordering: .relaxed)
-                for delivery in claimed {
-                    group.addTask {
-                        await self.deliver(delivery, http: http)
-                        self.inFlight.subtract(1, ordering: .relaxed)
-                        self.wake()
-                    }
-                }
+                guard claimedAny else { break }
             }
         }
         // Shutting down: the deliveries in flight finish; each is recorded as it does, before its lease can end.
-        while inFlight.load(ordering: .relaxed) > 0 && !Task.isCancelled {
+        while inFlight.withLock({ $0.values.reduce(0, +) }) > 0 && !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(100))
             await recordDelivered()
         }
@@ -166,14 +178,21 @@ public final class NotificationDispatcher: Service, Sendable {
 
     /// One attempt: sign, send, record the outcome (a delivery later, with others). Any 2xx is delivered; anything
     /// else, or no answer in time, is retried with backoff or, after the last attempt, dead.
-    func deliver(_ delivery: NotificationStore.Delivery, http: HTTPClient) async {
+    func deliver(_ delivery: NotificationStore.Delivery) async {
         let metadata: Logger.Metadata = [
             "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
             "attempt": "\(delivery.attempt)",
         ]
         let started = ContinuousClock.now
-        let failure: String?
-        if let key = StandardWebhook.key(secret: delivery.secret) {
+        var failure: String?
+        let http: HTTPClient?
+        switch await SubscriberAddresses.check(url: delivery.url, resolve: settings.resolve) {
+        case .refused(let reason):
+            (http, failure) = (nil, reason)
+        case .connect(let host, let address):
+            http = connections.client(host: host, pinnedTo: address)
+        }
+        if let http, let key = StandardWebhook.key(secret: delivery.secret) {
             let body = Array(delivery.notification.body.serialized.utf8)
             var request = HTTPClientRequest(url: delivery.url)
             request.method = .POST
@@ -186,7 +205,7 @@ public final class NotificationDispatcher: Service, Sendable {
             }
             request.body = .bytes(ByteBuffer(bytes: body))
             failure = await send(request, http: http)
-        } else {
+        } else if failure == nil {
             failure = "the subscriber's secret is not a whsec_ secret"
         }
         ServiceMetrics.notificationDuration(ContinuousClock.now - started)

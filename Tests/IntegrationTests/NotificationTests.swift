@@ -302,15 +302,15 @@ struct NotificationTests {
     @Test("A delivery recorded after its lease ran out, once another attempt holds the row, changes nothing")
     func lateRecordChangesNothing() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
-            _ = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
+            let subscriber = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
             let sub = "late-\(UUID().uuidString)"
             _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
             let store = NotificationStore(client: harness.database, logger: Harness.logger)
-            let first = try #require(try await store.claim(limit: 10, lease: .seconds(15)).first)
+            let first = try #require(try await store.claim(subscriber: subscriber, limit: 10, lease: .seconds(15)).first)
             #expect(first.attempt == 1)
             // Its lease runs out; another dispatcher takes it again.
             try await harness.database.query("UPDATE risc_notifications SET next_attempt_at = now() WHERE id = \(first.id)")
-            let second = try #require(try await store.claim(limit: 10, lease: .seconds(15)).first)
+            let second = try #require(try await store.claim(subscriber: subscriber, limit: 10, lease: .seconds(15)).first)
             #expect(second.id == first.id && second.attempt == 2)
             // The first attempt's 2xx, recorded late: nothing changes, the row stays with the second attempt.
             #expect(try await store.markDelivered([(first.id, first.attempt)]) == 0)
@@ -368,6 +368,73 @@ struct NotificationTests {
                     }
                     #expect(try await harness.notifications(sub: sub).first?.attempts == 1)
                     #expect(subscriber.deliveries.filter { $0.sub == sub }.count == 1)
+                }
+            }
+        }
+    }
+
+    @Test("Each delivery goes to the address checked just before it: a name that resolves somewhere forbidden is not sent to")
+    func deliveryAddressChecked() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = TestSubscriber()
+            try await subscriber.serving { url in
+                let port = try #require(URL(string: url)?.port)
+                // Names the system cannot resolve: the dispatcher's resolver below answers for them, as a DNS server
+                // would, one name for the subscriber's loopback address and one for the metadata service.
+                let pinned = try await harness.addSubscriber(subscriber, url: url)
+                try await harness.database.query(
+                    "UPDATE risc_subscribers SET url = \("http://pinned.risc.test:\(port)/hook") WHERE id = \(pinned)")
+                let rebound = try await harness.addSubscriber(TestSubscriber(), url: "https://hooks.example.com/hook")
+                try await harness.database.query("UPDATE risc_subscribers SET url = 'https://rebound.risc.test/hook' WHERE id = \(rebound)")
+                let literal = try await harness.addSubscriber(TestSubscriber(), url: "https://hooks.example.com/hook")
+                // As a database from before the rule might hold it.
+                try await harness.database.query("UPDATE risc_subscribers SET url = 'https://169.254.169.254/hook' WHERE id = \(literal)")
+                var settings = NotificationDispatcher.Settings.fast
+                settings.resolve = { host in
+                    switch host {
+                    case "pinned.risc.test": [IPAddress(literal: "127.0.0.1")!]
+                    case "rebound.risc.test": [IPAddress(literal: "10.0.0.8")!, IPAddress(literal: "169.254.169.254")!]
+                    default: []
+                    }
+                }
+                try await withDispatchers(client: harness.database, settings: settings) {
+                    let sub = "addresses-\(UUID().uuidString)"
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+                    try await eventually("the pinned subscriber has it") { subscriber.accepted.withLock { $0.count } == 1 }
+                    try await eventually("the other two failed without connecting") {
+                        var errors: [Int64: String] = [:]
+                        for try await (id, error) in try await harness.database.query(
+                            "SELECT subscriber_id, coalesce(last_error, '') FROM risc_notifications WHERE sub = \(sub)"
+                        ).decode((Int64, String).self) {
+                            errors[id] = error
+                        }
+                        return [rebound, literal].allSatisfy { errors[$0]?.hasPrefix("not sent:") == true && errors[$0]?.contains("link-local") == true }
+                    }
+                }
+            }
+        }
+    }
+
+    @Test("A slow subscriber, or one that never answers, does not hold up another's notifications")
+    func slowSubscriberDoesNotStarveOthers() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let slow = TestSubscriber { _, _ in .hang(.seconds(9)) }
+            let healthy = TestSubscriber()
+            try await slow.serving { slowURL in
+                try await healthy.serving { healthyURL in
+                    _ = try await harness.addSubscriber(slow, url: slowURL)
+                    _ = try await harness.addSubscriber(healthy, url: healthyURL)
+                    try await withDispatchers(client: harness.database) {
+                        // Many users: each has a notification of its own to each subscriber, all due at once.
+                        for index in 0..<40 {
+                            _ = try await harness.send("sessions-revoked", sub: "starved-\(index)-\(UUID().uuidString)")
+                        }
+                        // A healthy subscriber answers at once; the slow one holds each of its deliveries 9 s. Sharing
+                        // slots, the healthy one's notifications waited those 9 s behind the slow one's.
+                        try await eventually("the healthy subscriber has every notification", timeout: .seconds(6)) {
+                            healthy.accepted.withLock { $0.count } == 40
+                        }
+                    }
                 }
             }
         }

@@ -171,6 +171,12 @@ struct RouteTests {
                 ("not json", "invalid_request", nil), (#"{"url": 5}"#, "invalid_request", nil), ("{}", "invalid_parameter", "url"),
                 (#"{"url": "http://hooks.example.com/x"}"#, "invalid_parameter", "url"),
                 (#"{"url": "https://hooks.example.com/x", "actions": ["nope"]}"#, "invalid_parameter", "actions"),
+                // Where a subscriber may never point: the cloud metadata service, by address in any spelling or by name.
+                (#"{"url": "https://169.254.169.254/latest"}"#, "invalid_parameter", "url"),
+                (#"{"url": "https://2852039166/"}"#, "invalid_parameter", "url"),
+                (#"{"url": "https://[::ffff:169.254.169.254]/"}"#, "invalid_parameter", "url"),
+                (#"{"url": "https://[fe80::1]/"}"#, "invalid_parameter", "url"),
+                (#"{"url": "https://metadata.google.internal/"}"#, "invalid_parameter", "url"),
             ]
             for (body, error, parameter) in cases {
                 try await client.execute(

@@ -1,0 +1,126 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An IPv4 or IPv6 address, and whether the service may send a subscriber's notifications to it.
+public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
+    /// In host byte order.
+    case v4(UInt32)
+    /// 16 bytes.
+    case v6([UInt8])
+
+    /// A host written as an address, in every spelling the system's resolver takes: IPv6 (with or without
+    /// brackets), and IPv4 as `inet_aton` reads it, which includes `2852039166`, `0xa9fea9fe`, `0251.0376.0251.0376`
+    /// and `169.254.43518`. Nil for a name.
+    public init?(literal text: String) {
+        var host = text
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        // A zone (fe80::1%eth0) names an interface, not another address.
+        let unzoned = host.split(separator: "%", maxSplits: 1).first.map(String.init) ?? host
+        var v4 = in_addr()
+        if inet_aton(host, &v4) != 0 {
+            self = .v4(UInt32(bigEndian: v4.s_addr))
+            return
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, unzoned, &v6) == 1 {
+            self = .v6(withUnsafeBytes(of: &v6) { Array($0) })
+            return
+        }
+        return nil
+    }
+
+    /// From a resolver's answer (`getaddrinfo`).
+    public init?(socketAddress pointer: UnsafePointer<sockaddr>) {
+        switch Int32(pointer.pointee.sa_family) {
+        case AF_INET:
+            let address = pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
+            self = .v4(UInt32(bigEndian: address.s_addr))
+        case AF_INET6:
+            var address = pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+            self = .v6(withUnsafeBytes(of: &address) { Array($0) })
+        default:
+            return nil
+        }
+    }
+
+    /// Never a subscriber's destination: link-local (cloud metadata services live there), unspecified, multicast
+    /// and broadcast addresses, the metadata services outside link-local, and any IPv6 form that carries such an
+    /// IPv4 address (mapped, compatible, NAT64). Private and loopback addresses are allowed: the app's services
+    /// live there.
+    public var isForbiddenDestination: Bool {
+        switch self {
+        case .v4(let address):
+            let first = address >> 24
+            return first == 0  // 0.0.0.0/8: unspecified, "this network"
+                || address >> 16 == 0xA9FE  // 169.254.0.0/16: link-local
+                || address >> 28 == 0xE  // 224.0.0.0/4: multicast
+                || address == 0xFFFF_FFFF  // limited broadcast
+                || Self.metadataV4.contains(address)
+        case .v6(let bytes):
+            if bytes.allSatisfy({ $0 == 0 }) { return true }  // ::
+            if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return true }  // fe80::/10: link-local
+            if bytes[0] == 0xFF { return true }  // ff00::/8: multicast
+            if Self.metadataV6.contains(bytes) { return true }
+            if let embedded { return embedded.isForbiddenDestination }
+            return false
+        }
+    }
+
+    /// The IPv4 address inside an IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) or NAT64
+    /// (64:ff9b::a.b.c.d) IPv6 address, which reaches that IPv4 address.
+    var embedded: IPAddress? {
+        guard case .v6(let bytes) = self else { return nil }
+        let last = UInt32(bytes[12]) << 24 | UInt32(bytes[13]) << 16 | UInt32(bytes[14]) << 8 | UInt32(bytes[15])
+        let mapped = bytes[0..<10].allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF
+        let compatible = bytes[0..<12].allSatisfy { $0 == 0 } && last > 1  // not :: or ::1
+        let nat64 = Array(bytes[0..<12]) == [0x00, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]
+        return mapped || compatible || nat64 ? .v4(last) : nil
+    }
+
+    /// Cloud metadata services outside 169.254.0.0/16: Alibaba Cloud's 100.100.100.200.
+    static let metadataV4: Set<UInt32> = [0x6464_64C8]
+    /// AWS's IPv6 metadata service, fd00:ec2::254.
+    static let metadataV6: Set<[UInt8]> = [[0xFD, 0, 0x0E, 0xC2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54]]
+
+    /// Names of cloud metadata services, refused whatever they resolve to.
+    public static let metadataNames: Set<String> = ["metadata.google.internal", "metadata.goog"]
+
+    /// The address as `inet_ntop` writes it (what a connection is pinned to).
+    public var description: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        switch self {
+        case .v4(let address):
+            var raw = in_addr(s_addr: address.bigEndian)
+            inet_ntop(AF_INET, &raw, &buffer, socklen_t(buffer.count))
+        case .v6(let bytes):
+            var raw = in6_addr()
+            withUnsafeMutableBytes(of: &raw) { $0.copyBytes(from: bytes) }
+            inet_ntop(AF_INET6, &raw, &buffer, socklen_t(buffer.count))
+        }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+extension URLPolicy {
+    /// Why a subscriber's URL is refused, or nil. `https`, or `http` to loopback only; and never a cloud metadata
+    /// service's name, nor an address `IPAddress.isForbiddenDestination` refuses, in any spelling. A name is
+    /// checked again for the address it resolves to at each delivery.
+    public static func subscriberURLProblem(_ text: String) -> String? {
+        guard isHTTPSOrLoopback(text) else {
+            return "must be an https:// URL (http:// only on loopback: 127.0.0.0/8, ::1, localhost)"
+        }
+        guard let host = URL(string: text)?.host else { return "must name a host" }
+        var name = host.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        if IPAddress.metadataNames.contains(name) { return "must not name a cloud metadata service" }
+        if let address = IPAddress(literal: name), address.isForbiddenDestination {
+            return "must not be a link-local, unspecified, multicast or broadcast address"
+        }
+        return nil
+    }
+}
