@@ -21,8 +21,9 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         // A zone (fe80::1%eth0) names an interface, not another address.
         let unzoned = host.split(separator: "%", maxSplits: 1).first.map(String.init) ?? host
+        // inet_aton stops at whitespace ("127.0.0.1 x" would pass): only the characters of its number forms.
         var v4 = in_addr()
-        if inet_aton(host, &v4) != 0 {
+        if host.allSatisfy({ $0.isHexDigit || $0 == "." || $0 == "x" || $0 == "X" }), inet_aton(host, &v4) != 0 {
             self = .v4(UInt32(bigEndian: v4.s_addr))
             return
         }
@@ -78,12 +79,15 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
         let last = UInt32(bytes[12]) << 24 | UInt32(bytes[13]) << 16 | UInt32(bytes[14]) << 8 | UInt32(bytes[15])
         let mapped = bytes[0..<10].allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF
         let compatible = bytes[0..<12].allSatisfy { $0 == 0 } && last > 1  // not :: or ::1
+        // 64:ff9b::/96, and the local-use 64:ff9b:1::/48 (RFC 8215), whose last 32 bits are the IPv4 address.
         let nat64 = Array(bytes[0..<12]) == [0x00, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]
+            || Array(bytes[0..<6]) == [0x00, 0x64, 0xFF, 0x9B, 0x00, 0x01]
         return mapped || compatible || nat64 ? .v4(last) : nil
     }
 
-    /// Cloud metadata services outside 169.254.0.0/16: Alibaba Cloud's 100.100.100.200.
-    static let metadataV4: Set<UInt32> = [0x6464_64C8]
+    /// Cloud metadata services outside 169.254.0.0/16: Alibaba Cloud's 100.100.100.200 and Azure's WireServer,
+    /// 168.63.129.16.
+    static let metadataV4: Set<UInt32> = [0x6464_64C8, 0xA83F_8110]
     /// AWS's IPv6 metadata service, fd00:ec2::254.
     static let metadataV6: Set<[UInt8]> = [[0xFD, 0, 0x0E, 0xC2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54]]
 
@@ -114,7 +118,11 @@ extension URLPolicy {
         guard isHTTPSOrLoopback(text) else {
             return "must be an https:// URL (http:// only on loopback: 127.0.0.0/8, ::1, localhost)"
         }
-        guard let host = URL(string: text)?.host else { return "must name a host" }
+        guard let host = URL(string: text)?.host, !host.isEmpty else { return "must name a host" }
+        // A decoded host with a space or a control character reads differently to each resolver.
+        guard !host.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 || $0 == 0x7F } == true }) else {
+            return "must name a host without spaces or control characters"
+        }
         var name = host.lowercased()
         if name.hasSuffix(".") { name.removeLast() }
         if IPAddress.metadataNames.contains(name) { return "must not name a cloud metadata service" }

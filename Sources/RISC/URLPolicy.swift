@@ -9,6 +9,17 @@ public enum URLPolicy {
         return scheme == "https" || (scheme == "http" && isLoopback(host: host))
     }
 
+    /// The URL as listings show it: any user-info and query string replaced, since either may carry a credential.
+    public static func redacted(_ text: String) -> String {
+        guard var components = URLComponents(string: text) else { return "(unreadable URL)" }
+        if components.user != nil || components.password != nil {
+            components.user = "redacted"
+            components.password = nil
+        }
+        if components.query != nil { components.query = "redacted" }
+        return components.string ?? "(unreadable URL)"
+    }
+
     /// `localhost`, `::1`, or an address in 127.0.0.0/8.
     public static func isLoopback(host: String) -> Bool {
         let host = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))

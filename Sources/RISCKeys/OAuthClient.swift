@@ -102,6 +102,10 @@ public struct OAuthClient: Sendable {
         do { endpoints = try await provider.oauthEndpoints() } catch { throw .unavailable("the OpenID configuration is unavailable") }
         guard let url = endpoints[keyPath: path] else { throw .unavailable("the OpenID configuration names no \(name)") }
         guard URLPolicy.isHTTPSOrLoopback(url) else { throw .unavailable("the OpenID configuration's \(name) is not https") }
+        // The client secret and refresh tokens go there: never to a link-local or metadata address either.
+        guard URLPolicy.subscriberURLProblem(url) == nil else {
+            throw .unavailable("the OpenID configuration's \(name) is not an address the service sends credentials to")
+        }
         return url
     }
 

@@ -16,12 +16,15 @@ public struct SubscriberRecord: Sendable, Equatable, Encodable {
     public var pending: Int
     public var dead: Int
 
+    /// The URL with any user-info and query string redacted: what listings show.
+    public var displayURL: String { URLPolicy.redacted(url) }
+
     enum CodingKeys: String, CodingKey { case id, url, actions, configured, createdAt = "created_at", pending, dead }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
-        try container.encode(url, forKey: .url)
+        try container.encode(displayURL, forKey: .url)
         try container.encode(actions?.map(\.rawValue), forKey: .actions)
         try container.encode(configured, forKey: .configured)
         try container.encode(createdAt, forKey: .createdAt)

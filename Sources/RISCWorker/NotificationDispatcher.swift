@@ -42,7 +42,7 @@ public final class NotificationDispatcher: Service, Sendable {
 
         /// How long a taken notification is left alone: past the timeout, so only a dispatcher that died mid-delivery
         /// (or its database connection) lets another send it again.
-        var lease: Duration { timeout + replyBodyTimeout + .seconds(5) }
+        var lease: Duration { SubscriberAddresses.resolveTimeout + timeout + replyBodyTimeout + .seconds(5) }
     }
 
     let store: NotificationStore
@@ -127,7 +127,9 @@ public final class NotificationDispatcher: Service, Sendable {
                 await recordDelivered()
                 var claimedAny = false
                 do {
-                    for subscriber in try await store.subscriberIDs() {
+                    let subscribers = try await store.subscriberIDs()
+                    connections.keepOnly(Set(subscribers))
+                    for subscriber in subscribers {
                         let free = settings.concurrency - inFlight.withLock { $0[subscriber] ?? 0 }
                         guard free > 0 else { continue }
                         let claimed = try await store.claim(subscriber: subscriber, limit: free, lease: settings.lease)
@@ -190,7 +192,7 @@ public final class NotificationDispatcher: Service, Sendable {
         case .refused(let reason):
             (http, failure) = (nil, reason)
         case .connect(let host, let address):
-            http = connections.client(host: host, pinnedTo: address)
+            http = connections.client(subscriber: delivery.subscriberID, host: host, pinnedTo: address)
         }
         if let http, let key = StandardWebhook.key(secret: delivery.secret) {
             let body = Array(delivery.notification.body.serialized.utf8)

@@ -16,29 +16,40 @@ struct SubscribersAdd: AsyncParsableCommand {
         commandName: "add", abstract: "Add a subscriber; prints its id and secret (shown this once).", discussion: EnvironmentHelp.database)
 
     @Option(help: "Where notifications are POSTed: https://, or http:// on loopback.") var url: String
-    @Option(help: "whsec_ and 24 to 64 bytes in base64 (default: a new random one).") var secret: String?
+    @Option(help: "- to read the secret (whsec_ and 24 to 64 bytes in base64) from standard input, never the command line (default: a new random one).")
+    var secret: String?
     @Option(help: "Action kinds to be told of, comma-separated (default: all): \(ActionKind.notified.map(\.rawValue).joined(separator: ", ")).")
     var actions: String?
     @OptionGroup var options: AdminOptions
 
-    func subscriber() throws(AdminQueries.InvalidParameter) -> NotificationStore.NewSubscriber {
+    func subscriber(secret: String?) throws(AdminQueries.InvalidParameter) -> NotificationStore.NewSubscriber {
         try NotificationStore.NewSubscriber(
             url: url, secret: secret, actions: actions.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
     }
 
     func validate() throws {
+        // A secret on the command line is in `ps` and the shell's history.
+        if let secret, secret != "-" {
+            throw ValidationError("--secret takes -: the secret is read from standard input, never from the command line")
+        }
         do {
-            _ = try subscriber()
+            _ = try subscriber(secret: nil)
         } catch {
             throw ValidationError("--\(error.description)")
         }
     }
 
     func run() async throws {
-        let subscriber = try subscriber()
+        let given = secret == nil ? nil : (readLine(strippingNewline: true) ?? "").trimmingCharacters(in: .whitespaces)
+        let subscriber: NotificationStore.NewSubscriber
+        do {
+            subscriber = try self.subscriber(secret: given)
+        } catch {
+            throw Bootstrap.fail("--\(error.description)", code: 2)
+        }
         let id = try await options.withNotifications { store in try await store.add(subscriber) }
         if options.json { return options.printJSON(["id": .number(Double(id)), "secret": .string(subscriber.secret)]) }
-        print("Subscriber \(id) added: \(subscriber.url)")
+        print("Subscriber \(id) added: \(URLPolicy.redacted(subscriber.url))")
         print("Secret (shown once; the subscriber verifies deliveries with it): \(subscriber.secret)")
     }
 }
@@ -55,7 +66,7 @@ struct SubscribersList: AsyncParsableCommand {
             headers: ["ID", "URL", "ACTIONS", "PENDING", "DEAD", "ADDED"],
             rows: subscribers.map { subscriber in
                 [
-                    String(subscriber.id), subscriber.url, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
+                    String(subscriber.id), subscriber.displayURL, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
                     String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
                 ]
             }))

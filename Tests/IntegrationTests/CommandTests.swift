@@ -13,6 +13,16 @@ let riscReceiverBinary: String = {
 }()
 
 /// Runs the executable; returns its exit status and everything it printed.
+/// `/bin/sh -c command` with `arguments` as $0, $1, ...: for a command that needs a pipe.
+func runShell(_ command: String, arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String) {
+    let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("risc-\(UUID().uuidString).log").path
+    defer { try? FileManager.default.removeItem(atPath: outputFile) }
+    var env = environment
+    env["PATH"] = ProcessInfo.processInfo.environment["PATH"]
+    let status = try await ChildProcess.spawn("/bin/sh", ["-c", command] + arguments, environment: env, outputFile: outputFile).wait()
+    return (status, (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")
+}
+
 func runRiscReceiver(_ arguments: [String], environment: [String: String]) async throws -> (status: Int32, output: String) {
     let outputFile = FileManager.default.temporaryDirectory.appendingPathComponent("risc-\(UUID().uuidString).log").path
     defer { try? FileManager.default.removeItem(atPath: outputFile) }

@@ -621,12 +621,29 @@ struct NotificationTests {
 
             for (arguments, message) in [
                 (["--url", "http://hooks.example.com/risc"], "https"),
-                (["--url", "https://hooks.example.com/risc", "--secret", "plain-secret"], "whsec_"),
+                (["--url", "https://hooks.example.com/risc", "--secret", StandardWebhook.generateSecret()], "standard input"),
+                (["--url", "https://169.254.169.254/risc"], "link-local"),
                 (["--url", "https://hooks.example.com/risc", "--actions", "record_verification"], "record_verification"),
             ] {
                 let refused = try await run(["subscribers", "add"] + arguments)
                 #expect(refused.status == 2, "\(arguments): \(refused.output)")
                 #expect(refused.output.contains(message) && refused.output.contains("Usage"), "\(refused.output)")
+            }
+            // A given secret comes from standard input; a bad one is refused by name.
+            let given = StandardWebhook.generateSecret()
+            func addWithSecret(_ secret: String) async throws -> (status: Int32, output: String) {
+                let command = "printf '%s\\n' \"$1\" | \"$0\" subscribers add --url 'https://user:pw@hooks.example.com/in?token=abc' --secret - --json"
+                return try await runShell(command, arguments: [riscReceiverBinary, secret], environment: environment)
+            }
+            let fromInput = try await addWithSecret(given)
+            #expect(fromInput.status == 0, "\(fromInput.output)")
+            #expect(try JSONValue.parse(Data(fromInput.output.utf8))["secret"]?.stringValue == given)
+            let badInput = try await addWithSecret("plain-secret")
+            #expect(badInput.status == 2 && badInput.output.contains("whsec_"), "\(badInput.output)")
+            // Listings never show user-info or a query string: either may be a credential.
+            for listing in [try await run(["subscribers", "list", "--json"]).output, try await run(["subscribers", "list"]).output,
+                            try await harness.call(.GET, "/admin/v1/subscribers", bearer: Harness.adminToken).body] {
+                #expect(listing.contains("hooks.example.com/in") && !listing.contains("pw") && !listing.contains("abc"), "\(listing)")
             }
             for loopback in ["http://127.0.0.1:9/hook", "http://localhost:9/hook", "http://[::1]:9/hook"] {
                 #expect(try await run(["subscribers", "add", "--url", loopback]).status == 0, "\(loopback)")
@@ -659,7 +676,7 @@ struct NotificationTests {
             for try await count in try await harness.database.query(
                 "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(id)").decode(Int64.self) { left = count }
             #expect(left == 0, "its notifications go with it")
-            #expect(try await harness.notifications(sub: sub).count == 3, "the loopback subscribers' stay")
+            #expect(try await harness.notifications(sub: sub).count == 4, "the other subscribers' stay")
             #expect(try await run(["subscribers", "remove", String(id)]).status == 1)
         }
     }

@@ -12,7 +12,9 @@ struct SubscriberURLPolicyTests {
             "https://[64:ff9b::a9fe:a9fe]/", "https://0.0.0.0/", "https://0/", "https://[::]/", "https://224.0.0.1/",
             "https://[ff02::1]/", "https://255.255.255.255/", "https://metadata.google.internal/computeMetadata/v1/",
             "https://METADATA.GOOGLE.INTERNAL./", "https://metadata.goog/", "https://100.100.100.200/", "https://[fd00:ec2::254]/",
-            "http://169.254.169.254/",
+            "http://169.254.169.254/", "https://[64:ff9b:1::a9fe:a9fe]/", "https://168.63.129.16/",
+            // inet_aton stops at a space; a resolver would look the whole name up.
+            "https://127.0.0.1%20x/", "https://8.8.8.8%09/",
         ])
     func refused(url: String) {
         #expect(URLPolicy.subscriberURLProblem(url) != nil, "\(url)")

@@ -14,8 +14,9 @@
 --   {"event": N, "position": P, "kind": K, "sub": S or null, "argument": A or null, "client_ids": [...]}
 -- `event` is the event's id; or, when `event_ids` is given, the 1-based place of the id in `event_ids` (the
 -- inbox's batch rows), where NULL (a duplicate SET) skips the action. `position` is the event's place in its SET.
--- Every user the batch touches is locked first, in one order (byte order): the actions' users, and the owners of
--- the grants a token identifier names (such an action names no user of its own). Sign-in takes one user's lock.
+-- Every user the batch touches is locked first, in one order (by lock key: two subs may share one): the actions'
+-- users, and the owners of the grants a token identifier names (such an action names no user of its own). Sign-in
+-- takes one user's lock.
 -- A user's rows, grants included, are only changed under that user's lock, so no two batches, and no batch and
 -- sign-in, can wait on each other in a cycle. The actions then run sorted by user.
 CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}')
@@ -42,7 +43,7 @@ DECLARE
     out_counts  integer[] := '{}';
 BEGIN
     FOR locked_sub IN
-        SELECT DISTINCT u.sub COLLATE "C" FROM (
+        SELECT l.sub FROM (SELECT DISTINCT hashtext(u.sub) AS lock_key, u.sub COLLATE "C" AS sub FROM (
             SELECT x.sub FROM jsonb_to_recordset(actions) AS x(sub text) WHERE x.sub IS NOT NULL
             UNION ALL
             SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
@@ -52,8 +53,8 @@ BEGIN
             SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
               JOIN risc_grants g ON g.token_hash = x.argument
              WHERE x.kind = 'delete_grant_by_hash' AND g.client_id IN (SELECT jsonb_array_elements_text(x.client_ids))
-        ) AS u
-        ORDER BY 1
+        ) AS u) AS l
+        ORDER BY l.lock_key, l.sub
     LOOP
         PERFORM risc_lock_user(locked_sub);
     END LOOP;
