@@ -5,7 +5,7 @@
 // reports as a crash and saves as an artifact.
 //
 // Input layout: the first byte picks the entry point (byte % 8); the rest is that entry point's input.
-//   0, 7  raw JSON          JSONValue.parse, then serialize/re-parse must give the same value and text
+//   0     raw JSON          JSONValue.parse, then serialize/re-parse must give the same value and text
 //   1     SET, JSON parts   header JSON 0x00 payload JSON (no 0x00: the payload only, under a valid header);
 //                           the harness base64url-encodes them into `header.payload.c2ln`
 //   2     ID token, parts   as 1, into GoogleIDToken.parse
@@ -14,6 +14,8 @@
 //   5     base64            Base64URL.decode / decodeJWSSegment / CompactJWS / TokenIdentifier
 //   6     SET, framing      a flags byte, then parts as in 1; the flags spoil the framing (padding, standard
 //                           alphabet, empty or missing signature, extra segment, whitespace)
+//   7     subscriber URL    URLPolicy.subscriberURLProblem and IPAddress(literal:): an address reads back as
+//                           itself, and a forbidden one is refused in a URL, canonical or IPv4-mapped
 //
 // Environment: RISC_FUZZ_VERBOSE=1 prints what each input got (to check seeds);
 // RISC_FUZZ_EXCLUDE=key-order skips the properties about ordering (serialization is canonical; events come in
@@ -363,6 +365,20 @@ private func fuzzSETFromParts(_ bytes: ArraySlice<UInt8>, flags: UInt8?) {
     fuzzSET(compact: token, expectedSigningInput: signingInput)
 }
 
+/// Entry 7: where a subscriber may point.
+private func fuzzSubscriberURL(_ bytes: ArraySlice<UInt8>) {
+    let text = String(decoding: bytes, as: UTF8.self)
+    let problem = URLPolicy.subscriberURLProblem(text)
+    note("url: \(problem ?? "allowed")")
+    guard let address = IPAddress(literal: text) else { return }
+    check(IPAddress(literal: address.description) == address, "\(text) reads back as \(address)")
+    let host = address.description.contains(":") ? "[\(address.description)]" : address.description
+    check((URLPolicy.subscriberURLProblem("https://\(host)/") != nil) == address.isForbiddenDestination, "\(address) in a URL")
+    if case .v4 = address, let mapped = IPAddress(literal: "::ffff:\(address.description)") {
+        check(mapped.isForbiddenDestination == address.isForbiddenDestination, "\(address) mapped into IPv6")
+    }
+}
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func LLVMFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     guard size > 0 else { return 0 }
@@ -384,6 +400,8 @@ public func LLVMFuzzerTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) ->
     case 6:
         guard let flags = rest.first else { return 0 }
         fuzzSETFromParts(rest.dropFirst(), flags: flags)
+    case 7:
+        fuzzSubscriberURL(rest)
     default:
         fuzzJSON(rest)
     }

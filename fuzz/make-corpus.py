@@ -18,7 +18,7 @@ import shutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
 
-JSON, SET, IDT, SET_COMPACT, IDT_COMPACT, B64, SET_FRAMING = range(7)
+JSON, SET, IDT, SET_COMPACT, IDT_COMPACT, B64, SET_FRAMING, SUBSCRIBER_URL = range(8)
 GOOGLE = "https://accounts.google.com/"
 NOW = 1_700_000_000
 RISC = "https://schemas.openid.net/secevent/risc/event-type/"
@@ -221,6 +221,23 @@ b64_seeds = {
 }
 for name, body in b64_seeds.items():
     add(name, B64, body)
+
+# --- where a subscriber may point: addresses in every spelling -------------------------------------------------
+url_seeds = {
+    "url-metadata": b"https://169.254.169.254/latest/meta-data",
+    "url-decimal": b"https://2852039166/",
+    "url-hex": b"0xa9fea9fe",
+    "url-octal": b"0251.0376.0251.0376",
+    "url-short": b"169.254.43518",
+    "url-mapped": b"https://[::ffff:169.254.169.254]/",
+    "url-nat64": b"64:ff9b::a9fe:a9fe",
+    "url-zone": b"fe80::1%eth0",
+    "url-space": b"https://127.0.0.1%20x/",
+    "url-private": b"https://10.0.0.7:8443/hook?x=1",
+    "url-name": b"https://user:pw@metadata.google.internal./",
+}
+for name, body in url_seeds.items():
+    add(name, SUBSCRIBER_URL, body)
 
 if __name__ == "__main__":
     shutil.rmtree(CORPUS, ignore_errors=True)

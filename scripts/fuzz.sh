@@ -46,13 +46,14 @@ done
 [[ ${#crypto_objects[@]} -gt 0 ]] || { echo "error: no Crypto objects under $release" >&2; exit 1; }
 
 risc_sources=(Sources/RISC/*.swift)
+# The fuzzer's own RISC module is searched first: the release build's (for the benchmarks) may be older.
 build() {  # build SANITIZERS: the RISC module, then the fuzzer binary
     local sanitizers=$1
     swiftc -parse-as-library -swift-version 6 -module-name RISC -O -g -wmo -static-stdlib -sanitize="$sanitizers" \
         -I "$release/Modules" -emit-module -emit-module-path "$out/RISC.swiftmodule" \
         -emit-object -o "$out/RISC.o" "${risc_sources[@]}" &&
         swiftc -parse-as-library -swift-version 6 -O -g -static-stdlib -sanitize="$sanitizers" -use-ld=lld \
-            -I "$release/Modules" -I "$out" fuzz/FuzzParsing.swift "$out/RISC.o" "${crypto_objects[@]}" \
+            -I "$out" -I "$release/Modules" fuzz/FuzzParsing.swift "$out/RISC.o" "${crypto_objects[@]}" \
             -lstdc++ -o "$out/fuzz-parsing"
 }
 echo "==> building the fuzzer (swiftc -O -sanitize=fuzzer,address, ${#risc_sources[@]} RISC sources)"

@@ -200,8 +200,8 @@ struct DevWebhookSink: AsyncParsableCommand {
         commandName: "webhook-sink",
         abstract: "A subscriber on loopback that checks each notification's signature and prints it (one JSON line each).",
         discussion: """
-            Add it first: risc-receiver subscribers add --url http://127.0.0.1:PORT/ --secret SECRET (or without --secret,
-            then pass the secret printed). Answers 204 to a valid delivery and 401 to a bad signature.
+            Add it first: risc-receiver subscribers add --url http://127.0.0.1:PORT/ (then pass the secret it prints), or
+            with --secret - and the secret on standard input. Answers 204 to a valid delivery and 401 to a bad signature.
             """)
 
     @Option(help: "Port on 127.0.0.1 (1-65535).")
