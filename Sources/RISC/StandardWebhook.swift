@@ -30,11 +30,12 @@ public enum StandardWebhook {
         return "v1," + Data(hmac.finalize()).base64EncodedString()
     }
 
-    /// The three headers of one delivery attempt.
-    public static func headers(id: String, timestamp: Int64, body: some DataProtocol, key: SymmetricKey) -> [(String, String)] {
+    /// The three headers of one delivery attempt: one signature per key, space-separated (`v1,<new> v1,<old>`
+    /// while a rotated-out secret still signs), as Standard Webhooks allows.
+    public static func headers(id: String, timestamp: Int64, body: some DataProtocol, keys: [SymmetricKey]) -> [(String, String)] {
         [
             ("webhook-id", id), ("webhook-timestamp", String(timestamp)),
-            ("webhook-signature", signature(id: id, timestamp: timestamp, body: body, key: key)),
+            ("webhook-signature", keys.map { signature(id: id, timestamp: timestamp, body: body, key: $0) }.joined(separator: " ")),
         ]
     }
 

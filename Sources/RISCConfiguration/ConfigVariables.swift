@@ -61,8 +61,8 @@ public enum ConfigVariables {
 
     /// Base64 AES-256 keys: the current one seals, previous ones only open (for rotation).
     public static let vaultKey = ConfigVariable<String>(
-        "RISC_VAULT_KEY", default: .unset, secret: true, help: "AES-256 key that seals the vault's refresh tokens",
-        rule: vaultKeyRule, note: "required with `RISC_SERVICE_TOKEN`, and by `vault rotate`"
+        "RISC_VAULT_KEY", default: .unset, secret: true, help: "AES-256 key that seals the vault's refresh tokens and the subscribers' secrets",
+        rule: vaultKeyRule, note: "required with `RISC_SERVICE_TOKEN` or `RISC_SUBSCRIBERS`, to add subscribers, and by `vault rotate`"
     ) { VaultCipher.key(base64: $0) != nil }
 
     public static let vaultPreviousKeys = ConfigVariable<[String]>(

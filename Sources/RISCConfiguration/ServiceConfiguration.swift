@@ -35,8 +35,14 @@ public struct ServiceConfiguration: Sendable {
     public var adminToken: String?
     /// The vault's bearer token; without it the vault routes do not exist.
     public var serviceToken: String?
-    public var vaultKey: String?
-    public var vaultPreviousKeys = ConfigVariables.vaultPreviousKeys.defaultValue
+    public var vaultKey: String? {
+        get { worker.vaultKey }
+        set { worker.vaultKey = newValue }
+    }
+    public var vaultPreviousKeys: [String] {
+        get { worker.vaultPreviousKeys }
+        set { worker.vaultPreviousKeys = newValue }
+    }
     public var clientSecrets = ConfigVariables.clientSecretFiles.defaultValue
     /// Seconds between delivery probes; 0 is off.
     public var verifyIntervalSeconds = ConfigVariables.verifyInterval.defaultValue
@@ -68,6 +74,7 @@ public struct ServiceConfiguration: Sendable {
         if serviceToken != nil, vaultKey == nil {
             throw Invalid(variable: ConfigVariables.vaultKey.name, problem: "is required when RISC_SERVICE_TOKEN enables the vault")
         }
+        try worker.check()
         if verifyIntervalSeconds > 0, deliveryURL == nil {
             throw Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
         }

@@ -12,12 +12,18 @@ public struct WorkerConfiguration: Sendable {
     /// Nil leaves the configured subscribers as they are.
     public var subscribers: [NotificationStore.NewSubscriber]?
     public var shutdownTimeoutSeconds = ConfigVariables.shutdownTimeout.defaultValue
+    /// Seals refresh tokens and subscribers' secrets; required with RISC_SUBSCRIBERS.
+    public var vaultKey: String?
+    public var vaultPreviousKeys = ConfigVariables.vaultPreviousKeys.defaultValue
+
+    /// The vault's keys, or nil without RISC_VAULT_KEY.
+    public var cipher: VaultCipher? { VaultCipher.from(key: vaultKey, previous: vaultPreviousKeys) }
 
     /// The variables read, in the order `worker --help` lists them.
     public static let variables: [any ConfigVariableDocumentation] = [
         ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
         ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.subscribers,
-        ConfigVariables.shutdownTimeout,
+        ConfigVariables.shutdownTimeout, ConfigVariables.vaultKey, ConfigVariables.vaultPreviousKeys,
     ]
 
     public init(databaseURL: String) {
@@ -32,5 +38,15 @@ public struct WorkerConfiguration: Sendable {
         notifyBackoffBaseSeconds = try ConfigVariables.notifyBackoffBase.value(from: reader)
         subscribers = try ConfigVariables.subscribers.optional(from: reader)
         shutdownTimeoutSeconds = try ConfigVariables.shutdownTimeout.value(from: reader)
+        vaultKey = try ConfigVariables.vaultKey.optional(from: reader)
+        vaultPreviousKeys = try ConfigVariables.vaultPreviousKeys.value(from: reader)
+        try check()
+    }
+
+    /// The rules across variables that the worker's part of the configuration has.
+    public func check() throws(ServiceConfiguration.Invalid) {
+        if subscribers != nil, vaultKey == nil {
+            throw .init(variable: ConfigVariables.vaultKey.name, problem: "is required with RISC_SUBSCRIBERS: subscribers' secrets are sealed with it")
+        }
     }
 }

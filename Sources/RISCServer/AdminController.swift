@@ -31,6 +31,9 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         }
         group.post("subscribers") { request, context in try await self.addSubscriber(request, context: context) }
         group.delete("subscribers/:id") { _, context in try await self.removeSubscriber(Self.id(context, of: "subscriber")) }
+        group.post("subscribers/:id/rotate-secret") { _, context in
+            try await self.rotateSecret(Self.id(context, of: "subscriber"))
+        }
         group.get("notifications") { request, _ in try await self.notifications(request) }
         group.get("notifications/:id") { _, context in try await self.notification(Self.id(context, of: "notification")) }
         group.post("notifications/:id/replay") { _, context in
@@ -101,8 +104,25 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         } catch {
             throw Self.invalid(error)
         }
-        let id = try await store.addSubscriber(subscriber)
+        let id = try await Self.sealing { try await store.addSubscriber(subscriber) }
         return try JSONResponse.make(status: .created, encoding: SubscriberCreated(id: id, secret: subscriber.secret))
+    }
+
+    /// 200 `{"id", "secret"}`: the new secret, shown this once; the old one signs beside it for 24 hours.
+    func rotateSecret(_ id: Int64) async throws -> Response {
+        guard let secret = try await Self.sealing({ try await store.rotateSubscriberSecret(id: id) }) else {
+            throw APIError(.notFound, "not_found")
+        }
+        return try JSONResponse.make(status: .ok, encoding: SubscriberCreated(id: id, secret: secret))
+    }
+
+    /// A call that seals a subscriber's secret: without RISC_VAULT_KEY, 409 `vault_key_required`.
+    static func sealing<T>(_ call: () async throws -> T) async throws -> T {
+        do {
+            return try await call()
+        } catch let error as NotificationStore.VaultKeyMissing {
+            throw APIError(.conflict, "vault_key_required", description: error.description)
+        }
     }
 
     func removeSubscriber(_ id: Int64) async throws -> Response {

@@ -34,7 +34,8 @@ public func buildApplication(
         let store = PostgresAdminStore(
             queries: AdminQueries(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
             queue: EventQueue(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
-            notifications: NotificationStore(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger))
+            notifications: NotificationStore(
+                client: dependencies.postgres, timeout: dependencies.databaseTimeout, cipher: configuration.worker.cipher, logger: logger))
         AdminController<AppRequestContext, PostgresAdminStore>(adminToken: adminToken, store: store).addRoutes(to: router)
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {

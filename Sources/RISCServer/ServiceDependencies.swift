@@ -55,8 +55,7 @@ public struct ServiceDependencies: Sendable {
             client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds),
             maxSessionsPerUser: configuration.maxSessionsPerUser,
             databaseTimeout: databaseTimeout, logger: logger)
-        if configuration.serviceToken != nil, let key = configuration.vaultKey.flatMap(VaultCipher.key(base64:)) {
-            let cipher = VaultCipher(current: key, previous: configuration.vaultPreviousKeys.compactMap(VaultCipher.key(base64:)))
+        if configuration.serviceToken != nil, let cipher = configuration.worker.cipher {
             grants = GrantStore(client: postgres, cipher: cipher, timeout: databaseTimeout, logger: logger)
         } else {
             grants = nil

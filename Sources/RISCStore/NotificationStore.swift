@@ -13,11 +13,25 @@ public struct NotificationStore: Sendable {
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
     let timeout: Duration
+    /// Seals and opens subscribers' secrets (RISC_VAULT_KEY); nil without the key: then no subscriber can be added and
+    /// no sealed secret read.
+    let cipher: VaultCipher?
 
-    public init(client: PostgresClient, timeout: Duration = .seconds(5), logger: Logger) {
+    public init(client: PostgresClient, timeout: Duration = .seconds(5), cipher: VaultCipher? = nil, logger: Logger) {
         self.client = client
         self.timeout = timeout
+        self.cipher = cipher
         self.logger = logger
+    }
+
+    /// Adding a subscriber, or giving it a new secret, needs the vault key.
+    public struct VaultKeyMissing: Error, CustomStringConvertible {
+        public var description: String { "RISC_VAULT_KEY is not set: subscribers' secrets are stored sealed with it" }
+    }
+
+    private func requireCipher() throws -> VaultCipher {
+        guard let cipher else { throw VaultKeyMissing() }
+        return cipher
     }
 
     private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
@@ -55,15 +69,96 @@ public struct NotificationStore: Sendable {
         }
     }
 
-    /// Adds a subscriber; it hears of actions taken from now on. Returns its id.
+    /// Adds a subscriber, its secret sealed; it hears of actions taken from now on. Returns its id.
     public func add(_ subscriber: NewSubscriber) async throws -> Int64 {
-        try await bounded { connection in
-            let rows = try await connection.query(
-                "INSERT INTO risc_subscribers (url, secret, actions) VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions)) RETURNING id",
-                logger: logger)
-            var id: Int64 = 0
-            for try await inserted in rows.decode(Int64.self) { id = inserted }
-            return id
+        let cipher = try requireCipher()
+        return try await bounded { connection in
+            try await connection.transaction(logger: logger) { connection in
+                var id: Int64 = 0
+                for try await inserted in try await connection.query(
+                    "INSERT INTO risc_subscribers (url, secret, actions) VALUES (\(subscriber.url), '', \(subscriber.actions)) RETURNING id",
+                    logger: logger
+                ).decode(Int64.self) { id = inserted }
+                try await storeSealed(subscriber.secret, id: id, cipher: cipher, on: connection)
+                return id
+            }
+        }
+    }
+
+    /// Seals `secret` under the subscriber's id and the current key, in place of whatever the row held.
+    private func storeSealed(_ secret: String, id: Int64, cipher: VaultCipher, on connection: PostgresConnection) async throws {
+        let sealed = try cipher.seal(secret, subscriberID: id)
+        try await connection.query(
+            "UPDATE risc_subscribers SET secret = NULL, secret_sealed = \(sealed), secret_key_id = \(cipher.currentKeyID) WHERE id = \(id)",
+            logger: logger)
+    }
+
+    /// A new secret for subscriber `id`, returned (shown once); nil if there is none. The old one stays valid for
+    /// `previousSecretLifetime`: each delivery meanwhile carries both signatures. Its notifications are kept.
+    public func rotateSecret(subscriber id: Int64) async throws -> String? {
+        let cipher = try requireCipher()
+        return try await bounded { connection in
+            try await connection.transaction(logger: logger) { connection -> String? in
+                var current: String?
+                for try await (clear, sealed, keyID) in try await connection.query(
+                    "SELECT secret, secret_sealed, secret_key_id FROM risc_subscribers WHERE id = \(id) FOR UPDATE", logger: logger
+                ).decode((String?, Data?, String?).self) {
+                    current = try clear ?? cipher.open(sealed ?? Data(), keyID: keyID ?? "", subscriberID: id)
+                }
+                guard let current else { return nil }
+                let secret = StandardWebhook.generateSecret()
+                let (sealed, previous) = (try cipher.seal(secret, subscriberID: id), try cipher.seal(current, subscriberID: id))
+                try await connection.query(
+                    """
+                    UPDATE risc_subscribers
+                       SET secret = NULL, secret_sealed = \(sealed), secret_key_id = \(cipher.currentKeyID),
+                           previous_secret_sealed = \(previous), previous_secret_key_id = \(cipher.currentKeyID),
+                           previous_secret_until = now() + make_interval(secs => \(Self.previousSecretLifetime))
+                     WHERE id = \(id)
+                    """, logger: logger)
+                return secret
+            }
+        }
+    }
+
+    /// How long a rotated-out secret still signs deliveries: 24 hours.
+    public static let previousSecretLifetime: Double = 24 * 3600
+
+    /// Seals every secret that is in clear (a row from before secrets were sealed) or under an older key, under the
+    /// current key; returns how many rows changed. A dispatcher does it when it starts; `vault rotate` too.
+    public func resealSecrets() async throws -> Int {
+        let cipher = try requireCipher()
+        return try await bounded { connection in
+            try await connection.transaction(logger: logger) { connection in
+                var changed = 0
+                let rows = try await connection.query(
+                    """
+                    SELECT id, secret, secret_sealed, secret_key_id, previous_secret_sealed, previous_secret_key_id FROM risc_subscribers
+                     WHERE secret IS NOT NULL OR secret_key_id <> \(cipher.currentKeyID)
+                        OR (previous_secret_sealed IS NOT NULL AND previous_secret_key_id <> \(cipher.currentKeyID))
+                     FOR UPDATE
+                    """, logger: logger
+                ).decode((Int64, String?, Data?, String?, Data?, String?).self)
+                var found: [(Int64, String, String?)] = []
+                for try await (id, clear, sealed, keyID, previous, previousKeyID) in rows {
+                    let secret = try clear ?? cipher.open(sealed ?? Data(), keyID: keyID ?? "", subscriberID: id)
+                    let old = try previous.map { try cipher.open($0, keyID: previousKeyID ?? "", subscriberID: id) }
+                    found.append((id, secret, old))
+                }
+                for (id, secret, old) in found {
+                    try await storeSealed(secret, id: id, cipher: cipher, on: connection)
+                    if let old {
+                        let sealed = try cipher.seal(old, subscriberID: id)
+                        try await connection.query(
+                            """
+                            UPDATE risc_subscribers SET previous_secret_sealed = \(sealed), previous_secret_key_id = \(cipher.currentKeyID)
+                             WHERE id = \(id)
+                            """, logger: logger)
+                    }
+                    changed += 1
+                }
+                return changed
+            }
         }
     }
 
@@ -71,6 +166,7 @@ public struct NotificationStore: Sendable {
     /// added, changed ones updated, and configured ones no longer listed removed. Those added by operators are left
     /// alone. Instances starting together take turns.
     public func syncConfigured(_ configured: [NewSubscriber]) async throws {
+        let cipher = try requireCipher()
         try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
                 try await connection.query(
@@ -79,12 +175,17 @@ public struct NotificationStore: Sendable {
                 try await connection.query(
                     "DELETE FROM risc_subscribers WHERE configured AND url <> ALL(\(configured.map(\.url)))", logger: logger)
                 for subscriber in configured {
-                    try await connection.query(
+                    // The secret is sealed under the row's id, so the row comes first (its secret a placeholder).
+                    var id: Int64 = 0
+                    for try await inserted in try await connection.query(
                         """
                         INSERT INTO risc_subscribers (url, secret, actions, configured)
-                        VALUES (\(subscriber.url), \(subscriber.secret), \(subscriber.actions), true)
-                        ON CONFLICT (url) WHERE configured DO UPDATE SET secret = EXCLUDED.secret, actions = EXCLUDED.actions
-                        """, logger: logger)
+                        VALUES (\(subscriber.url), '', \(subscriber.actions), true)
+                        ON CONFLICT (url) WHERE configured DO UPDATE SET actions = EXCLUDED.actions
+                        RETURNING id
+                        """, logger: logger
+                    ).decode(Int64.self) { id = inserted }
+                    try await storeSealed(subscriber.secret, id: id, cipher: cipher, on: connection)
                 }
             }
         }
@@ -237,7 +338,11 @@ public struct NotificationStore: Sendable {
         public let attempt: Int
         public let subscriberID: Int64
         public let url: String
-        public let secret: String
+        /// The secret that signs, opened; nil if it cannot be (`secretProblem` says why).
+        public let secret: String?
+        /// A secret rotated out less than 24 hours ago, which signs too.
+        public let previousSecret: String?
+        public let secretProblem: String?
     }
 
     /// The subscribers' ids, for the dispatcher's claims one subscriber at a time.
@@ -274,19 +379,33 @@ public struct NotificationStore: Sendable {
                 FROM due, risc_subscribers s
                 WHERE n.id = due.id AND s.id = n.subscriber_id
                 RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-                          n.attempts, s.id, s.url, s.secret
+                          n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
+                          CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id
                 """, logger: logger)
             var claimed: [Delivery] = []
-            for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, secret)
-                in rows.decode((Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String).self)
+            for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
+                keyID, previousSealed, previousKeyID)
+                in rows.decode(
+                    (Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
+                     String?).self)
             {
+                var (secret, previous, problem): (String?, String?, String?) = (clear, nil, nil)
+                if let sealed {
+                    if let cipher {
+                        secret = try? cipher.open(sealed, keyID: keyID ?? "", subscriberID: subscriberID)
+                        previous = previousSealed.flatMap { try? cipher.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
+                        if secret == nil { problem = "the subscriber's secret cannot be opened with the configured vault keys" }
+                    } else {
+                        problem = "the subscriber's secret is sealed and RISC_VAULT_KEY is not set"
+                    }
+                }
                 let notification = ActionNotification(
                     kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
                     occurredAt: occurredAt)
                 claimed.append(
                     Delivery(
                         id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
-                        url: url, secret: secret))
+                        url: url, secret: secret, previousSecret: previous, secretProblem: problem))
             }
             return claimed.sorted { $0.id < $1.id }
         }

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
 
-/// Encrypts refresh tokens at rest with AES-GCM. The grant's id is authenticated data, so a
-/// ciphertext copied onto another grant's row does not decrypt. Old keys stay readable for rotation.
+/// Encrypts refresh tokens and subscribers' secrets at rest with AES-GCM. The row's id is authenticated data, so a
+/// ciphertext copied onto another row does not decrypt. Old keys stay readable for rotation.
 public struct VaultCipher: Sendable {
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public let description: String
@@ -32,19 +32,36 @@ public struct VaultCipher: Sendable {
         return digest.prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 
+    /// The keys of a configuration: nil without RISC_VAULT_KEY (or with one that is not a key; configuration
+    /// checks refuse that first).
+    public static func from(key: String?, previous: [String]) -> VaultCipher? {
+        guard let current = key.flatMap(Self.key(base64:)) else { return nil }
+        return VaultCipher(current: current, previous: previous.compactMap(Self.key(base64:)))
+    }
+
     public func seal(_ secret: String, grantID: UUID) throws -> Data {
-        let sealed = try AES.GCM.seal(Data(secret.utf8), using: keys[currentKeyID]!, authenticating: Self.aad(grantID))
-        return sealed.combined!
+        try seal(secret, context: "risc-grant:\(grantID.uuidString.lowercased())")
     }
 
     public func open(_ combined: Data, keyID: String, grantID: UUID) throws -> String {
-        guard let key = keys[keyID] else { throw Failure(description: "vault key \(keyID) is not configured") }
-        let box = try AES.GCM.SealedBox(combined: combined)
-        let plaintext = try AES.GCM.open(box, using: key, authenticating: Self.aad(grantID))
-        return String(decoding: plaintext, as: UTF8.self)
+        try open(combined, keyID: keyID, context: "risc-grant:\(grantID.uuidString.lowercased())")
     }
 
-    static func aad(_ grantID: UUID) -> Data {
-        Data("risc-grant:\(grantID.uuidString.lowercased())".utf8)
+    public func seal(_ secret: String, subscriberID: Int64) throws -> Data {
+        try seal(secret, context: "risc-subscriber:\(subscriberID)")
+    }
+
+    public func open(_ combined: Data, keyID: String, subscriberID: Int64) throws -> String {
+        try open(combined, keyID: keyID, context: "risc-subscriber:\(subscriberID)")
+    }
+
+    private func seal(_ secret: String, context: String) throws -> Data {
+        try AES.GCM.seal(Data(secret.utf8), using: keys[currentKeyID]!, authenticating: Data(context.utf8)).combined!
+    }
+
+    private func open(_ combined: Data, keyID: String, context: String) throws -> String {
+        guard let key = keys[keyID] else { throw Failure(description: "vault key \(keyID) is not configured") }
+        let box = try AES.GCM.SealedBox(combined: combined)
+        return String(decoding: try AES.GCM.open(box, using: key, authenticating: Data(context.utf8)), as: UTF8.self)
     }
 }

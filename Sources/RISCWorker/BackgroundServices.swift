@@ -22,6 +22,7 @@ public struct BackgroundServices: Sendable {
             maxAttempts: configuration.notifyMaxAttempts, baseDelay: configuration.notifyBackoffBaseSeconds,
             maxDelay: NotificationDispatcher.Settings.longestBackoffSeconds)
         dispatcher.configuredSubscribers = configuration.subscribers
+        dispatcher.cipher = configuration.cipher
     }
 
     /// `serve`'s: the worker's part, and the delivery probe when RISC_VERIFY_INTERVAL and RISC_DELIVERY_URL set one.

@@ -36,6 +36,8 @@ public final class NotificationDispatcher: Service, Sendable {
         /// Resolves a subscriber's host name to its addresses (the system's resolver; tests give their own).
         public var resolve: @Sendable (String) async throws -> [IPAddress] = SubscriberAddresses.systemResolve
         public var pollInterval: Duration = .seconds(1)
+        /// RISC_VAULT_KEY's: opens the subscribers' sealed secrets; at start, seals any left in clear.
+        public var cipher: VaultCipher?
         /// RISC_SUBSCRIBERS: made the configured subscribers before the first delivery; nil leaves them alone.
         public var configuredSubscribers: [NotificationStore.NewSubscriber]?
         public init() {}
@@ -58,7 +60,7 @@ public final class NotificationDispatcher: Service, Sendable {
 
     public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
         self.client = client
-        self.store = NotificationStore(client: client, logger: logger)
+        self.store = NotificationStore(client: client, cipher: settings.cipher, logger: logger)
         self.settings = settings
         self.logger = logger
     }
@@ -70,6 +72,7 @@ public final class NotificationDispatcher: Service, Sendable {
         if let configured = settings.configuredSubscribers {
             await syncConfiguredSubscribers(configured)
         }
+        if settings.cipher != nil { await sealSecrets() }
         connections.configuration = configuration
         let (wakeUps, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         waker.withLock { $0 = continuation }
@@ -105,6 +108,16 @@ public final class NotificationDispatcher: Service, Sendable {
                 logger.warning("Could not apply RISC_SUBSCRIBERS; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
                 try? await Task.sleep(for: .seconds(1))
             }
+        }
+    }
+
+    /// Seals the secrets left in clear (or under an older key); tried once: `vault rotate` does it too.
+    private func sealSecrets() async {
+        do {
+            let sealed = try await store.resealSecrets()
+            if sealed > 0 { logger.info("Sealed subscribers' secrets with the current vault key", metadata: ["subscribers": "\(sealed)"]) }
+        } catch {
+            logger.warning("Could not seal the subscribers' secrets", metadata: ["error": "\(DatabaseErrors.describe(error))"])
         }
     }
 
@@ -194,14 +207,19 @@ public final class NotificationDispatcher: Service, Sendable {
         case .connect(let host, let address):
             http = connections.client(subscriber: delivery.subscriberID, host: host, pinnedTo: address)
         }
-        if let http, let key = StandardWebhook.key(secret: delivery.secret) {
+        // The current secret signs; one rotated out in the last 24 hours signs beside it, so a subscriber still
+        // checking with the old one keeps accepting while it changes over.
+        let keys = [delivery.secret, delivery.previousSecret].compactMap { $0.flatMap(StandardWebhook.key(secret:)) }
+        if failure == nil, let problem = delivery.secretProblem {
+            failure = problem
+        } else if let http, delivery.secret.flatMap(StandardWebhook.key(secret:)) != nil {
             let body = Array(delivery.notification.body.serialized.utf8)
             var request = HTTPClientRequest(url: delivery.url)
             request.method = .POST
             request.headers.add(name: "Content-Type", value: "application/json")
             request.headers.add(name: "User-Agent", value: "risc-receiver")
             for (name, value) in StandardWebhook.headers(
-                id: delivery.webhookID, timestamp: Int64(Date().timeIntervalSince1970), body: body, key: key)
+                id: delivery.webhookID, timestamp: Int64(Date().timeIntervalSince1970), body: body, keys: keys)
             {
                 request.headers.add(name: name, value: value)
             }

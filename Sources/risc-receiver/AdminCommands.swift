@@ -23,8 +23,16 @@ struct AdminOptions: ParsableArguments {
     }
 
     func withNotifications<T: Sendable>(_ body: @escaping @Sendable (NotificationStore) async throws -> T) async throws -> T {
-        try await withDatabase { client, timeout, logger in
-            try await body(NotificationStore(client: client, timeout: timeout, logger: logger))
+        let cipher = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            VaultCipher.from(
+                key: try ConfigVariables.vaultKey.optional(from: reader), previous: try ConfigVariables.vaultPreviousKeys.value(from: reader))
+        }
+        do {
+            return try await withDatabase { client, timeout, logger in
+                try await body(NotificationStore(client: client, timeout: timeout, cipher: cipher, logger: logger))
+            }
+        } catch let error as NotificationStore.VaultKeyMissing {
+            throw Bootstrap.fail(error.description)
         }
     }
 

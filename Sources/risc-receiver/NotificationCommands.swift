@@ -7,8 +7,8 @@ import RISCStore
 /// Subscribers: the app's services told of every action.
 struct Subscribers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "The app's services notified of actions (Standard Webhooks): add, list, remove.",
-        subcommands: [SubscribersAdd.self, SubscribersList.self, SubscribersRemove.self])
+        abstract: "The app's services notified of actions (Standard Webhooks): add, list, remove, rotate-secret.",
+        subcommands: [SubscribersAdd.self, SubscribersList.self, SubscribersRemove.self, SubscribersRotateSecret.self])
 }
 
 struct SubscribersAdd: AsyncParsableCommand {
@@ -70,6 +70,24 @@ struct SubscribersList: AsyncParsableCommand {
                     String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
                 ]
             }))
+    }
+}
+
+struct SubscribersRotateSecret: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate-secret",
+        abstract: "Give a subscriber a new secret; prints it (shown this once). The old one signs beside it for 24 hours.",
+        discussion: EnvironmentHelp.database)
+    @Argument(help: "The subscriber id.") var id: Int64
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let id = self.id
+        guard let secret = try await options.withNotifications({ store in try await store.rotateSecret(subscriber: id) }) else {
+            throw Bootstrap.fail("no subscriber \(id)")
+        }
+        if options.json { return options.printJSON(["id": .number(Double(id)), "secret": .string(secret)]) }
+        print("Subscriber \(id) has a new secret (shown once; the old one also signs deliveries for 24 hours): \(secret)")
     }
 }
 

@@ -152,6 +152,7 @@ extension NotificationDispatcher.Settings {
         var settings = Self()
         settings.retryPolicy = RetryPolicy(maxAttempts: 4, baseDelay: 0.05, maxDelay: 1)
         settings.pollInterval = .milliseconds(100)
+        settings.cipher = VaultCipher.from(key: Harness.vaultKey, previous: [])
         return settings
     }
 }
@@ -271,7 +272,7 @@ struct NotificationTests {
     @Test("RISC_SUBSCRIBERS: the dispatcher makes the configured subscribers exactly the list, by URL, and leaves the others alone")
     func configuredSubscribers() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
-            let store = NotificationStore(client: harness.database, logger: Harness.logger)
+            let store = NotificationStore(client: harness.database, cipher: NotificationDispatcher.Settings.fast.cipher, logger: Harness.logger)
             let secret = StandardWebhook.generateSecret()
             let byOperator = try await store.add(.init(url: "https://operator.example.com/hook", secret: nil, actions: nil))
             var settings = NotificationDispatcher.Settings.fast
@@ -440,6 +441,67 @@ struct NotificationTests {
         }
     }
 
+    @Test("Secrets are sealed at rest; rotate-secret keeps every notification and signs with both for a day; vault rotate re-seals")
+    func sealedAndRotatedSecrets() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = TestSubscriber()
+            try await subscriber.serving { url in
+                let id = try await harness.addSubscriber(subscriber, url: url)
+                func stored() async throws -> (clear: String?, sealed: Data?, keyID: String?, previous: Data?) {
+                    for try await row in try await harness.database.query(
+                        "SELECT secret, secret_sealed, secret_key_id, previous_secret_sealed FROM risc_subscribers WHERE id = \(id)"
+                    ).decode((String?, Data?, String?, Data?).self) {
+                        return row
+                    }
+                    return (nil, nil, nil, nil)
+                }
+                let atRest = try await stored()
+                let key = Data(base64Encoded: String(subscriber.secret.dropFirst(6)))!
+                #expect(atRest.clear == nil && atRest.sealed != nil)
+                #expect(atRest.sealed.map { $0.range(of: key) == nil && $0.range(of: Data(subscriber.secret.utf8)) == nil } == true)
+
+                // A notification waits (no dispatcher yet); the secret is rotated; it is still there, and goes out signed
+                // with the new secret and the old one.
+                let sub = "rotated-\(UUID().uuidString)"
+                _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+                let rotated = try await harness.call(.POST, "/admin/v1/subscribers/\(id)/rotate-secret", bearer: Harness.adminToken)
+                #expect(rotated.status == 200, "\(rotated.body)")
+                let newSecret = try #require(rotated.json["secret"]?.stringValue)
+                #expect(newSecret != subscriber.secret && StandardWebhook.key(secret: newSecret) != nil)
+                #expect(try await harness.notifications(sub: sub).map(\.status) == ["pending"])
+                #expect(try await stored().previous != nil)
+                try await withDispatchers(client: harness.database) {
+                    try await eventually("the notification is delivered") { subscriber.accepted.withLock { $0.count } == 1 }
+                }
+                let delivery = try #require(subscriber.deliveries.first)
+                #expect(delivery.verified, "the old secret still verifies")
+                #expect(delivery.signature.split(separator: " ").count == 2)
+                let newKey = try #require(StandardWebhook.key(secret: newSecret))
+                #expect(throws: Never.self) {
+                    try StandardWebhook.verify(
+                        id: delivery.webhookID, timestamp: delivery.timestamp, signatures: delivery.signature, body: Data(delivery.body.utf8),
+                        key: newKey)
+                }
+                let missing = try await harness.call(.POST, "/admin/v1/subscribers/999999/rotate-secret", bearer: Harness.adminToken)
+                #expect(missing.status == 404)
+
+                // A new vault key: `vault rotate` re-seals the secrets under it, the old key kept for reading.
+                let newVaultKey = Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+                let result = try await runRiscReceiver(
+                    ["vault", "rotate"],
+                    environment: [
+                        "DATABASE_URL": harness.databaseURL, "RISC_VAULT_KEY": newVaultKey, "RISC_VAULT_PREVIOUS_KEYS": Harness.vaultKey,
+                        "LOG_LEVEL": "warning",
+                    ])
+                #expect(result.status == 0 && result.output.contains("Re-sealed 1 subscriber secret"), "\(result.output)")
+                let resealed = try await stored()
+                #expect(resealed.keyID == VaultCipher.keyID(VaultCipher.key(base64: newVaultKey)!))
+                let cipher = try #require(VaultCipher.from(key: newVaultKey, previous: []))
+                #expect(try cipher.open(try #require(resealed.sealed), keyID: cipher.currentKeyID, subscriberID: id) == newSecret)
+            }
+        }
+    }
+
     @Test("A rolled-back action leaves no notification")
     func rolledBackActionNotifiesNobody() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
@@ -577,6 +639,7 @@ struct NotificationTests {
                 var environment = ProcessInfo.processInfo.environment
                 environment["DATABASE_URL"] = harness.databaseURL
                 environment["LOG_LEVEL"] = "warning"
+                environment["RISC_VAULT_KEY"] = Harness.vaultKey
                 let worker = try ChildProcess.spawn(riscReceiverBinary, ["worker"], environment: environment, outputFile: log)
                 try await eventually("the dispatcher is mid-delivery") { subscriber.deliveries.count == 1 }
                 worker.kill(SIGKILL)
@@ -599,10 +662,14 @@ struct NotificationTests {
     @Test("subscribers add|list|remove and notifications list|show|replay from the CLI; https only, except on loopback")
     func commandLine() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
-            let environment = ["DATABASE_URL": harness.databaseURL, "LOG_LEVEL": "warning"]
+            let environment = ["DATABASE_URL": harness.databaseURL, "LOG_LEVEL": "warning", "RISC_VAULT_KEY": Harness.vaultKey]
             func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
                 try await runRiscReceiver(arguments, environment: environment)
             }
+            // Secrets are stored sealed with the vault key: without it, nothing can be added.
+            let keyless = try await runRiscReceiver(
+                ["subscribers", "add", "--url", "https://hooks.example.com/risc"], environment: environment.filter { $0.key != "RISC_VAULT_KEY" })
+            #expect(keyless.status == 1 && keyless.output.contains("RISC_VAULT_KEY"), "\(keyless.output)")
             let added = try await run(["subscribers", "add", "--url", "https://hooks.example.com/risc", "--actions", "revoke_sessions,disable_sign_in", "--json"])
             #expect(added.status == 0, "\(added.output)")
             let json = try JSONValue.parse(Data(added.output.utf8))
@@ -742,7 +809,7 @@ struct WebhookSinkTests {
             for (signingKey, expected) in [(key, 204), (SymmetricKey(size: .bits256), 401)] {
                 var request = HTTPClientRequest(url: url)
                 request.method = .POST
-                for (name, value) in StandardWebhook.headers(id: "msg_1", timestamp: Int64(Date().timeIntervalSince1970), body: body, key: signingKey) {
+                for (name, value) in StandardWebhook.headers(id: "msg_1", timestamp: Int64(Date().timeIntervalSince1970), body: body, keys: [signingKey]) {
                     request.headers.add(name: name, value: value)
                 }
                 request.body = .bytes(ByteBuffer(bytes: body))
