@@ -105,7 +105,7 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
             throw Self.invalid(error)
         }
         let id = try await Self.sealing { try await store.addSubscriber(subscriber) }
-        return try JSONResponse.make(status: .created, encoding: SubscriberCreated(id: id, secret: subscriber.secret))
+        return try JSONResponse.make(status: .created, encoding: SubscriberCreated(id: id, secret: subscriber.secret), headers: Self.noStore)
     }
 
     /// 200 `{"id", "secret"}`: the new secret, shown this once; the old one signs beside it for 24 hours.
@@ -113,8 +113,11 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         guard let secret = try await Self.sealing({ try await store.rotateSubscriberSecret(id: id) }) else {
             throw APIError(.notFound, "not_found")
         }
-        return try JSONResponse.make(status: .ok, encoding: SubscriberCreated(id: id, secret: secret))
+        return try JSONResponse.make(status: .ok, encoding: SubscriberCreated(id: id, secret: secret), headers: Self.noStore)
     }
+
+    /// An answer that shows a secret is kept by no cache.
+    static var noStore: HTTPFields { [.cacheControl: "no-store"] }
 
     /// A call that seals a subscriber's secret: without RISC_VAULT_KEY, 409 `vault_key_required`.
     static func sealing<T>(_ call: () async throws -> T) async throws -> T {
@@ -122,6 +125,8 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
             return try await call()
         } catch let error as NotificationStore.VaultKeyMissing {
             throw APIError(.conflict, "vault_key_required", description: error.description)
+        } catch let error as NotificationStore.ConfiguredSubscriber {
+            throw APIError(.conflict, "configured_subscriber", description: error.description)
         }
     }
 

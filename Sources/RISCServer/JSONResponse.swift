@@ -13,8 +13,8 @@ enum JSONResponse {
     }
 
     /// A typed answer (the admin API's), through the same serializer.
-    static func make(status: HTTPResponse.Status, encoding value: some Encodable) throws -> Response {
-        make(status: status, json: try JSONValueEncoder().encode(value))
+    static func make(status: HTTPResponse.Status, encoding value: some Encodable, headers: HTTPFields = [:]) throws -> Response {
+        make(status: status, json: try JSONValueEncoder().encode(value), headers: headers)
     }
 
     static func timestamp(_ date: Date) -> JSONValue { .timestamp(date) }

@@ -24,6 +24,11 @@ public struct NotificationStore: Sendable {
         self.logger = logger
     }
 
+    /// A subscriber from RISC_SUBSCRIBERS gets a new secret there, not through `rotateSecret`.
+    public struct ConfiguredSubscriber: Error, CustomStringConvertible {
+        public var description: String { "the subscriber comes from RISC_SUBSCRIBERS: change its secret there" }
+    }
+
     /// Adding a subscriber, or giving it a new secret, needs the vault key.
     public struct VaultKeyMissing: Error, CustomStringConvertible {
         public var description: String { "RISC_VAULT_KEY is not set: subscribers' secrets are stored sealed with it" }
@@ -100,9 +105,11 @@ public struct NotificationStore: Sendable {
         return try await bounded { connection in
             try await connection.transaction(logger: logger) { connection -> String? in
                 var current: String?
-                for try await (clear, sealed, keyID) in try await connection.query(
-                    "SELECT secret, secret_sealed, secret_key_id FROM risc_subscribers WHERE id = \(id) FOR UPDATE", logger: logger
-                ).decode((String?, Data?, String?).self) {
+                for try await (clear, sealed, keyID, configured) in try await connection.query(
+                    "SELECT secret, secret_sealed, secret_key_id, configured FROM risc_subscribers WHERE id = \(id) FOR UPDATE", logger: logger
+                ).decode((String?, Data?, String?, Bool).self) {
+                    // RISC_SUBSCRIBERS holds its secret: the next dispatcher to start would put that one back.
+                    if configured { throw ConfiguredSubscriber() }
                     current = try clear ?? cipher.open(sealed ?? Data(), keyID: keyID ?? "", subscriberID: id)
                 }
                 guard let current else { return nil }
@@ -124,18 +131,26 @@ public struct NotificationStore: Sendable {
     /// How long a rotated-out secret still signs deliveries: 24 hours.
     public static let previousSecretLifetime: Double = 24 * 3600
 
-    /// Seals every secret that is in clear (a row from before secrets were sealed) or under an older key, under the
-    /// current key; returns how many rows changed. A dispatcher does it when it starts; `vault rotate` too.
-    public func resealSecrets() async throws -> Int {
+    /// Seals every secret still in clear (a row from before secrets were sealed) and, with `rekey` (`vault rotate`),
+    /// every one under an older key, under the current key; returns how many rows changed. A rotated-out secret
+    /// past its 24 hours is dropped first. A dispatcher seals what is in clear when it starts, but never re-keys:
+    /// during a key rollout, instances still on the old key must go on opening the secrets.
+    public func resealSecrets(rekey: Bool) async throws -> Int {
         let cipher = try requireCipher()
         return try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
                 var changed = 0
+                try await connection.query(
+                    """
+                    UPDATE risc_subscribers SET previous_secret_sealed = NULL, previous_secret_key_id = NULL, previous_secret_until = NULL
+                     WHERE previous_secret_until <= now()
+                    """, logger: logger)
                 let rows = try await connection.query(
                     """
                     SELECT id, secret, secret_sealed, secret_key_id, previous_secret_sealed, previous_secret_key_id FROM risc_subscribers
-                     WHERE secret IS NOT NULL OR secret_key_id <> \(cipher.currentKeyID)
-                        OR (previous_secret_sealed IS NOT NULL AND previous_secret_key_id <> \(cipher.currentKeyID))
+                     WHERE secret IS NOT NULL
+                        OR (\(rekey) AND (secret_key_id <> \(cipher.currentKeyID)
+                            OR (previous_secret_sealed IS NOT NULL AND previous_secret_key_id <> \(cipher.currentKeyID))))
                      FOR UPDATE
                     """, logger: logger
                 ).decode((Int64, String?, Data?, String?, Data?, String?).self)
@@ -185,7 +200,14 @@ public struct NotificationStore: Sendable {
                         RETURNING id
                         """, logger: logger
                     ).decode(Int64.self) { id = inserted }
-                    try await storeSealed(subscriber.secret, id: id, cipher: cipher, on: connection)
+                    // Sealed again only when it changed: a restart must not touch a secret in use.
+                    var stored: String?
+                    for try await (sealed, keyID) in try await connection.query(
+                        "SELECT secret_sealed, secret_key_id FROM risc_subscribers WHERE id = \(id)", logger: logger
+                    ).decode((Data?, String?).self) {
+                        stored = sealed.flatMap { try? cipher.open($0, keyID: keyID ?? "", subscriberID: id) }
+                    }
+                    if stored != subscriber.secret { try await storeSealed(subscriber.secret, id: id, cipher: cipher, on: connection) }
                 }
             }
         }

@@ -114,7 +114,7 @@ public final class NotificationDispatcher: Service, Sendable {
     /// Seals the secrets left in clear (or under an older key); tried once: `vault rotate` does it too.
     private func sealSecrets() async {
         do {
-            let sealed = try await store.resealSecrets()
+            let sealed = try await store.resealSecrets(rekey: false)
             if sealed > 0 { logger.info("Sealed subscribers' secrets with the current vault key", metadata: ["subscribers": "\(sealed)"]) }
         } catch {
             logger.warning("Could not seal the subscribers' secrets", metadata: ["error": "\(DatabaseErrors.describe(error))"])

@@ -33,6 +33,8 @@ struct AdminOptions: ParsableArguments {
             }
         } catch let error as NotificationStore.VaultKeyMissing {
             throw Bootstrap.fail(error.description)
+        } catch let error as NotificationStore.ConfiguredSubscriber {
+            throw Bootstrap.fail(error.description)
         }
     }
 

@@ -54,7 +54,7 @@ struct VaultRotate: AsyncParsableCommand {
                     progress.update(done: done, total: max(total, done))
                 }
                 progress.finish()
-                let sealed = try await NotificationStore(client: client, cipher: cipher, logger: logger).resealSecrets()
+                let sealed = try await NotificationStore(client: client, cipher: cipher, logger: logger).resealSecrets(rekey: true)
                 if sealed > 0 { print("Re-sealed \(sealed) subscriber secret\(sealed == 1 ? "" : "s") under key \(cipher.currentKeyID).") }
                 return done
             }

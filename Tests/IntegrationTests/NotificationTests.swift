@@ -246,9 +246,11 @@ struct NotificationTests {
                         for delivery in everything.deliveries + revocations.deliveries {
                             #expect(!delivery.body.contains(everything.secret.dropFirst(6)) && !delivery.body.contains("eyJ"))
                         }
-                        for (status, attempts, _, _) in try await harness.notifications(sub: hijacked) {
-                            #expect(status == "delivered" && attempts == 1)
+                        // Deliveries are recorded by the dispatcher's loop, together, a moment after the 2xx.
+                        try await eventually("the deliveries are recorded") {
+                            try await harness.notifications(sub: hijacked).allSatisfy { $0.status == "delivered" }
                         }
+                        #expect(try await harness.notifications(sub: hijacked).allSatisfy { $0.attempts == 1 })
                     }
                 }
             }
@@ -283,6 +285,15 @@ struct NotificationTests {
             try await withDispatchers(2, client: harness.database, settings: settings) {
                 try await eventually("the configured subscribers are in place") { try await store.subscribers().count == 3 }
             }
+            func sealedSecret(_ url: String) async throws -> Data? {
+                for try await sealed in try await harness.database.query("SELECT secret_sealed FROM risc_subscribers WHERE url = \(url)")
+                    .decode(Data?.self) { return sealed }
+                return nil
+            }
+            let sealedBefore = try await sealedSecret("https://b.example.com/hook")
+            // Its secret lives in RISC_SUBSCRIBERS: a rotation here would be undone by the next dispatcher to start.
+            let configuredID = try #require(try await store.subscribers().first { $0.url == "https://b.example.com/hook" }?.id)
+            await #expect(throws: NotificationStore.ConfiguredSubscriber.self) { _ = try await store.rotateSecret(subscriber: configuredID) }
             settings.configuredSubscribers = [
                 try .init(url: "https://b.example.com/hook", secret: secret, actions: ["disable_sign_in"]),
                 try .init(url: "https://c.example.com/hook", secret: secret, actions: nil),
@@ -295,6 +306,7 @@ struct NotificationTests {
             }
             let subscribers = try await store.subscribers()
             #expect(subscribers.first { $0.url.hasPrefix("https://b.") }?.actions == [.disableSignIn], "updated in place")
+            #expect(try await sealedSecret("https://b.example.com/hook") == sealedBefore, "an unchanged secret is not sealed again")
             #expect(subscribers.filter(\.configured).count == 2)
             #expect(subscribers.first { !$0.configured }?.id == byOperator, "an operator's subscriber is left alone")
         }
