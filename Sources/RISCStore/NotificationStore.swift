@@ -182,7 +182,9 @@ public struct NotificationStore: Sendable {
     /// alone. Instances starting together take turns.
     public func syncConfigured(_ configured: [NewSubscriber]) async throws {
         let cipher = try requireCipher()
-        try await bounded { connection in
+        // A start-up step of a few statements per subscriber, not an operator's call: bounded as a worker's batch is
+        // (30 s). On a loaded machine the request bound (RISC_DATABASE_TIMEOUT) cut it off every time.
+        try await client.withConnection(timeout: .seconds(30)) { connection in
             try await connection.transaction(logger: logger) { connection in
                 try await connection.query(
                     "SELECT pg_advisory_xact_lock(\(AdvisoryLock.singletonClass), \(AdvisoryLock.configuredSubscribers.rawValue))",
