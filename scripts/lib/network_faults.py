@@ -85,7 +85,12 @@ def main():
     tokens = [line for line in body.decode().split("\n") if line]
     status, body = http("POST", tx + "/dev/idtoken", json.dumps({"sub": "netfault-signin"}).encode(), {"Content-Type": "application/json"})
     id_token = json.loads(body)["id_token"]
-    status, body = http("POST", rx + "/tokensignin", f"idtoken={id_token}".encode(), {"Content-Type": "application/x-www-form-urlencoded"})
+    # The session checked belongs to a user of its own: the sign-in load replays one ID token all along, and a user
+    # keeps at most RISC_MAX_SESSIONS_PER_USER live sessions (the oldest end).
+    status, body = http("POST", tx + "/dev/idtoken", json.dumps({"sub": "netfault-session"}).encode(), {"Content-Type": "application/json"})
+    session_id_token = json.loads(body)["id_token"]
+    status, body = http("POST", rx + "/tokensignin", f"idtoken={session_id_token}".encode(),
+                        {"Content-Type": "application/x-www-form-urlencoded"})
     assert status == 200, (status, body)
     session = json.loads(body)["session_token"]
 
