@@ -99,25 +99,10 @@ final class TestSubscriber: Sendable {
                     })
             }
         }
-        let (ports, port) = AsyncStream.makeStream(of: Int.self)
-        let app = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: nil),
-            onServerRunning: { channel in port.yield(channel.localAddress?.port ?? 0) }, logger: Harness.logger)
-        let group = ServiceGroup(configuration: .init(services: [.init(service: app)], logger: Harness.logger))
-        return try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            var iterator = ports.makeAsyncIterator()
-            let url = "http://127.0.0.1:\(await iterator.next()!)/hook"
-            do {
-                let result = try await body(url)
-                finished.store(true, ordering: .relaxed)
-                await group.triggerGracefulShutdown()
-                return result
-            } catch {
-                finished.store(true, ordering: .relaxed)
-                await group.triggerGracefulShutdown()
-                throw error
-            }
+        return try await servingLocally(router) { base in
+            // Hanging answers end before the server shuts down.
+            defer { self.finished.store(true, ordering: .relaxed) }
+            return try await body(base + "/hook")
         }
     }
 }

@@ -201,14 +201,16 @@ struct RouteTests {
         }
     }
 
+    /// Routes that call a store: the admin API's and the session check and sign-out.
+    static var storeRoutes: [(HTTPRequest.Method, String, HTTPFields)] {
+        [(.get, "/admin/v1/subscribers", bearer), (.get, "/v1/session", [.authorization: "Bearer s"]), (.delete, "/v1/session", [.authorization: "Bearer s"])]
+    }
+
     @Test("The database unavailable is 503 unavailable with Retry-After, on the admin API and the session routes alike")
     func unavailable() async throws {
         let app = Self.application(admin: .init(failure: TimeoutError()), sessions: .init(failure: TimeoutError()))
         try await app.test(.router) { client in
-            for (method, path, headers) in [
-                (HTTPRequest.Method.get, "/admin/v1/subscribers", Self.bearer), (.get, "/v1/session", [.authorization: "Bearer s"]),
-                (.delete, "/v1/session", [.authorization: "Bearer s"]),
-            ] as [(HTTPRequest.Method, String, HTTPFields)] {
+            for (method, path, headers) in Self.storeRoutes {
                 try await client.execute(uri: path, method: method, headers: headers) { response in
                     #expect(response.status == .serviceUnavailable, "\(path)")
                     #expect(Self.json(response.body)["error"] == "unavailable", "\(path)")
@@ -224,10 +226,7 @@ struct RouteTests {
     func faultsAreNotUnavailable() async throws {
         let app = Self.application(admin: .init(failure: ProgrammingError()), sessions: .init(failure: ProgrammingError()))
         try await app.test(.router) { client in
-            for (method, path, headers) in [
-                (HTTPRequest.Method.get, "/admin/v1/subscribers", Self.bearer), (.get, "/v1/session", [.authorization: "Bearer s"]),
-                (.delete, "/v1/session", [.authorization: "Bearer s"]),
-            ] as [(HTTPRequest.Method, String, HTTPFields)] {
+            for (method, path, headers) in Self.storeRoutes {
                 try await client.execute(uri: path, method: method, headers: headers) { response in
                     #expect(response.status == .internalServerError, "\(path)")
                     #expect(response.headers[.retryAfter] == nil, "\(path)")
