@@ -319,6 +319,28 @@ struct NotificationTests {
         }
     }
 
+    @Test("A claim over a large backlog in a table never analyzed is answered at once, and takes only each user's oldest")
+    func claimOverUnanalyzedBacklog() async throws {
+        // A fresh database, as after a deployment: a burst fills the outbox before autovacuum's first ANALYZE.
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
+            try await harness.database.query(
+                """
+                INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
+                SELECT \(subscriber), k, 'revoke_sessions', 'backlog-' || (k % 6000), 0, k, 'jti-' || k, 'sessions-revoked', now()
+                FROM generate_series(1, 6001) AS k
+                """)
+            // Quadratic, this took minutes (6,000 pending rows, 36 million comparisons); the store's bound is 10 s.
+            let store = NotificationStore(client: harness.database, timeout: .seconds(10), logger: Harness.logger)
+            let claimed = try await store.claim(subscriber: subscriber, limit: 8, lease: .seconds(15))
+            #expect(claimed.count == 8)
+            // backlog-1 has two rows (k = 1 and 6001): only the first can be taken.
+            #expect(!claimed.contains { $0.notification.sub == "backlog-1" && $0.notification.eventID == 6001 })
+            let all = try await store.claim(subscriber: subscriber, limit: 7000, lease: .seconds(15))
+            #expect(all.count == 6000 - 8, "each user's oldest, once")
+        }
+    }
+
     @Test("A SET that carries two events: each notification names the event that caused its action", arguments: [true, false])
     func notificationNamesItsOwnEvent(applyOnReceipt: Bool) async throws {
         var options = Self.options
