@@ -45,17 +45,40 @@ RISC_SESSION_CACHE=off start_serve
 uncached=$(run_wrk /v1/session)
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
-# 3. Worker drain: events queued with no worker running, then a worker started cold.
-pg_createdb "$pg_port" risc_drain
-export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/risc_drain?sslmode=disable"
-"$bin" migrate >/dev/null 2>&1
-PGDATABASE=risc_drain psql -f benchmarks/seed-drain.sql -v events="$drain_events" >/dev/null
+# 3. Worker drain: events queued with no worker running, then a worker started cold. Twice: one user per event,
+#    and every fifth event's user again (DRAIN_EVENTS / 5 users), each on a database of its own.
+# drain_run DATABASE USERS: sets drain, drain_pg_us, drain_worker_us, drain_check.
+drain_run() {
+  local database=$1 drain_users=$2 start pg0 worker_pid
+  pg_createdb "$pg_port" "$database"
+  export DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/$database?sslmode=disable" PGDATABASE=$database
+  "$bin" migrate >/dev/null 2>&1
+  psql -f benchmarks/seed-drain.sql -v events="$drain_events" -v users="$drain_users" >/dev/null
+  start=$(now)
+  pg0=$(cpu "+$postmaster")
+  "$bin" worker 2>"$work/worker.log" &
+  worker_pid=$!
+  pids+=($worker_pid)
+  while [ "$(psql -c "SELECT count(*) FROM risc_events WHERE status IN ('pending', 'retry')")" != 0 ]; do
+    kill -0 "$worker_pid" 2>/dev/null || { cat "$work/worker.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  drain=$(python3 -c "print(f'{$(now) - $start:.2f}')")
+  drain_pg_us=$(python3 -c "print(round(($(cpu "+$postmaster") - $pg0) * 1e6 / $drain_events))")
+  drain_worker_us=$(python3 -c "print(round($(cpu "$worker_pid") * 1e6 / $drain_events))")
+  kill "$worker_pid"; wait "$worker_pid" 2>/dev/null || true
+  drain_check=$(psql -c "SELECT count(*) FILTER (WHERE status = 'done') || ' done, ' ||
+    (SELECT count(*) FROM risc_event_actions) || ' actions, ' ||
+    (SELECT count(*) FROM risc_sessions WHERE revoked_at IS NOT NULL) || ' sessions revoked, ' ||
+    (SELECT count(*) FROM risc_grants WHERE revoked_at IS NOT NULL) || ' grants deleted' FROM risc_events")
+}
+drain_run risc_drain "$drain_events"
 # Baseline: the same queue drained by PostgreSQL alone, claiming 500 at a time and marking them done
-# (no actions, no client round trips), on a copy of the queue.
-PGDATABASE=risc_drain psql -c "CREATE TABLE bench_queue AS SELECT id, status, run_after FROM risc_events" \
-  -c "CREATE INDEX ON bench_queue (run_after, id) WHERE status = 'pending'" -c 'VACUUM ANALYZE' -c 'CHECKPOINT'
+# (no actions, no client round trips), on a copy of the queue as it was seeded.
+psql -c "CREATE TABLE bench_queue AS SELECT id, 'pending'::text AS status, run_after FROM risc_events" \
+  -c "CREATE INDEX ON bench_queue (run_after, id) WHERE status = 'pending'" -c 'VACUUM ANALYZE' -c 'CHECKPOINT' >/dev/null
 start=$(now)
-PGDATABASE=risc_drain psql -c "
+psql -c "
 DO \$\$ DECLARE n integer; BEGIN
   LOOP
     UPDATE bench_queue SET status = 'done' WHERE id IN (
@@ -66,20 +89,9 @@ DO \$\$ DECLARE n integer; BEGIN
   END LOOP;
 END \$\$"
 baseline_drain=$(python3 -c "print(f'{$(now) - $start:.2f}')")
-
-start=$(now)
-"$bin" worker 2>"$work/worker.log" &
-worker_pid=$!
-pids+=($worker_pid)
-while [ "$(PGDATABASE=risc_drain psql -c "SELECT count(*) FROM risc_events WHERE status IN ('pending', 'retry')")" != 0 ]; do
-  kill -0 "$worker_pid" 2>/dev/null || { cat "$work/worker.log" >&2; exit 1; }
-  sleep 0.05
-done
-drain=$(python3 -c "print(f'{$(now) - $start:.2f}')")
-drain_check=$(PGDATABASE=risc_drain psql -c "SELECT count(*) FILTER (WHERE status = 'done') || ' done, ' ||
-  (SELECT count(*) FROM risc_event_actions) || ' actions, ' ||
-  (SELECT count(*) FROM risc_sessions WHERE revoked_at IS NOT NULL) || ' sessions revoked, ' ||
-  (SELECT count(*) FROM risc_grants WHERE revoked_at IS NOT NULL) || ' grants deleted' FROM risc_events")
+one_each=("$drain" "$drain_pg_us" "$drain_worker_us" "$drain_check")
+drain_users=$(( drain_events / 5 > 0 ? drain_events / 5 : 1 ))
+drain_run risc_drain_shared "$drain_users"
 
 cat <<TXT
 Account benchmarks ($(nproc) cores; $users users; wrk $connections connections, ${seconds}s)
@@ -88,7 +100,9 @@ Account benchmarks ($(nproc) cores; $users users; wrk $connections connections, 
                    cache off (RISC_SESSION_CACHE=off): $(field rate "$uncached") req/s, p99 $(field p99_ms "$uncached") ms, non-200: $(field not_200 "$uncached"); ratio to /healthz $(ratio "$(field rate "$uncached")" "$(field rate "$healthz")")
   time to revoke:  202 -> first 401 over $(field users "$revoke") users: p50 $(field p50_ms "$revoke") ms, p99 $(field p99_ms "$revoke") ms, max $(field max_ms "$revoke") ms; rows stored $revoke_rows for $(field users "$revoke") 202s
                    baseline one session check: p50 $(field check_p50_ms "$revoke") ms, p99 $(field check_p99_ms "$revoke") ms ($(field polls_per_user "$revoke") checks per user)
-  worker drain:    $drain_events mixed events, worker started cold: ${drain} s ($(python3 -c "print(round($drain_events / $drain))") events/s); $drain_check
-                   baseline PostgreSQL-only claim-and-mark loop: ${baseline_drain} s; ratio $(ratio "$baseline_drain" "$drain")
+  worker drain:    $drain_events mixed events, one user each, worker started cold: ${one_each[0]} s ($(python3 -c "print(round($drain_events / ${one_each[0]}))") events/s); ${one_each[3]}
+                   CPU per event: PostgreSQL ${one_each[1]} us, worker ${one_each[2]} us
+                   baseline PostgreSQL-only claim-and-mark loop: ${baseline_drain} s; ratio $(ratio "$baseline_drain" "${one_each[0]}")
+                   over $drain_users users: ${drain} s ($(python3 -c "print(round($drain_events / $drain))") events/s), CPU per event: PostgreSQL $drain_pg_us us, worker $drain_worker_us us; ${drain_check}
 TXT
 [ "$revoke_rows" = "$(field users "$revoke")" ]

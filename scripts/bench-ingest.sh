@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Ingest benchmark as users run it. Each configuration gets a fresh database and unique pre-signed
 # sessions-revoked SETs (each jti used once), driven by wrk at POST /risc/events on loopback:
-#   1. PostgreSQL's single-row insert ceiling (pgbench, CONNECTIONS clients): the baseline for every ratio;
+#   1. PostgreSQL's single-row insert ceiling (pgbench, CONNECTIONS clients): the baseline for every ratio,
+#      with PostgreSQL's CPU per insert and commit;
 #   2. the default `serve` (worker in-process, default log level):
+#      - the floor: GET /healthz as fast as wrk can, and the server's CPU per request (no database work);
 #      - saturation: wrk as fast as it can; CPU per SET of the server and of PostgreSQL (from the first SET
 #        until the worker has acted on the last), peak RSS, the largest backlog, and stored rows against 202s;
 #      - latency: offered half the saturation rate (open loop);
@@ -10,7 +12,7 @@
 #        sessions-revoked SET each, spread over the run; from each 202 to the user's first 401;
 #   3. the default `serve` with one subscriber: each SET's action also writes a notification, which
 #      the dispatcher delivers to a local `dev webhook-sink`; saturation, and how long until all are delivered;
-#   4. the split deployment: `serve --no-worker` plus one `worker` process, saturation only.
+#   4. the split deployment: `serve --no-worker` plus one `worker` process, saturation only, against the default.
 #   scripts/bench-ingest.sh [CONNECTIONS=64] [SECONDS=10] [BURST_USERS=200]
 # RISC_BENCH_PERF=FILE records a system-wide CPU profile of the default saturation run.
 set -euo pipefail
@@ -49,18 +51,26 @@ saturate() {
   accepted_202s=$(( $(accepted_by_server) - accepted0 ))
 }
 
-# 1. The ceiling.
+# 1. The ceiling, and PostgreSQL's CPU per single-row INSERT and commit.
 fresh_database risc_ceiling
 psql -c 'CREATE TABLE bench_raw (id bigserial PRIMARY KEY, jti text NOT NULL UNIQUE, claims text NOT NULL)'
+pg0=$(cpu "+$postmaster")
 pgbench_tps=$("$(pg_bin)/pgbench" -h 127.0.0.1 -p "$pg_port" -U postgres -n -c "$connections" -j "$threads" \
   -T "$seconds" -f benchmarks/pgbench-insert.sql risc_ceiling 2>/dev/null | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+pgbench_pg_us=$(python3 -c "print(round(($(cpu "+$postmaster") - $pg0) * 1e6 / $(psql -c 'SELECT count(*) FROM bench_raw')))")
 
 # 2. The default `serve`.
 fresh_database risc_default
 start_serve
+# Each configuration has a database of its own, so one set of unique SETs serves all three saturation runs.
 echo "Signing $((max_rate * seconds)) SETs..." >&2
 sign $((max_rate * seconds)) 0 "$work/saturation-tokens"
 warm_up
+# The floor: GET /healthz in the same process, as fast as wrk can, and the server's CPU per request.
+healthz0=$(cpu "$serve_pid")
+healthz=$(RISC_BENCH_PATH=/healthz RISC_BENCH_SESSIONS=1 wrk -t"$threads" -c"$connections" -d"${seconds}s" --timeout 10s \
+  -s benchmarks/get-session.lua "http://127.0.0.1:$rx_port" | grep '^RESULT')
+healthz_us=$(python3 -c "print(round(($(cpu "$serve_pid") - $healthz0) * 1e6 / $(field requests "$healthz")))")
 saturate default "$work/saturation-tokens" "$serve_pid"
 default_result=$result default_rows=$stored_rows default_server_us=$server_cpu_us default_pg_us=$pg_cpu_us
 default_backlog=$max_backlog default_drain=$drain_s default_202s=$accepted_202s
@@ -99,9 +109,8 @@ sink_secret=whsec_$(head -c 32 /dev/urandom | base64)
 pids+=($!)
 psql -c "INSERT INTO risc_subscribers (url, secret) VALUES ('http://127.0.0.1:$sink_port/', '$sink_secret')" >/dev/null
 start_serve
-sign $((max_rate * seconds)) 0 "$work/notify-tokens"
 warm_up
-saturate notify "$work/notify-tokens" "$serve_pid"
+saturate notify "$work/saturation-tokens" "$serve_pid"
 notify_result=$result notify_rows=$stored_rows notify_server_us=$server_cpu_us notify_pg_us=$pg_cpu_us notify_202s=$accepted_202s
 start=$(date +%s.%N)
 while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.1; done
@@ -115,20 +124,20 @@ start_serve --no-worker
 "$bin" worker 2>>"$work/worker.log" &
 worker_pid=$!
 pids+=($worker_pid)
-sign $((max_rate * seconds)) 0 "$work/split-tokens"
 warm_up
 receiver0=$(cpu "$serve_pid")
-saturate split "$work/split-tokens" "$serve_pid" "$worker_pid"
+saturate split "$work/saturation-tokens" "$serve_pid" "$worker_pid"
 split_receiver_us=$(python3 -c "print(round(($(cpu "$serve_pid") - $receiver0) * 1e6 / $stored_rows))")
 
 [ "$default_rows" = "$default_202s" ] && [ "$notify_rows" = "$notify_202s" ] && [ "$stored_rows" = "$accepted_202s" ] || rows_mismatch=1
 cat <<TXT
 Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections, ${seconds}s per run; fsync on)
-  ceiling:          pgbench $pgbench_tps single-row insert transactions/s ($connections clients)
+  ceiling:          pgbench $pgbench_tps single-row insert transactions/s ($connections clients); PostgreSQL CPU $pgbench_pg_us us per insert and commit
   default serve (worker in-process, LOG_LEVEL unset = info):
     saturation:     $sat_rate SETs/s, ratio $(ratio "$sat_rate" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$default_result") ms, p99 $(field p99_ms "$default_result") ms; non-202: $(field not_202 "$default_result"), socket errors: $(field socket_errors "$default_result"), token reuse: $(field token_reuse "$default_result")
                     rows stored $default_rows, server-counted 202s $default_202s ($(check_rows "$default_rows" "$default_202s")); wrk saw $(field requests "$default_result") answers
-                    CPU per SET: server $default_server_us us (receiver and worker), PostgreSQL $default_pg_us us (ingest and actions)
+                    CPU per SET: server $default_server_us us (receiver and worker), PostgreSQL $default_pg_us us (ingest and actions); ratio $(ratio "$default_pg_us" "$pgbench_pg_us") x pgbench's per insert
+                    floor: GET /healthz $(field rate "$healthz") req/s, server CPU $healthz_us us per request; a SET costs the server $((default_server_us - healthz_us)) us more
                     largest backlog ${default_backlog:-0} events; drained ${default_drain} s after the run; peak RSS ${default_rss_mib} MiB
     half rate:      offered $half_rate/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
     burst revoke:   202 -> first 401 over $(field users "$revoke") users at $(python3 -c "print(round($burst_users / $seconds))")/s, beside wrk at $(field rate "$burst") SETs/s (non-202: $(field not_202 "$burst")):
@@ -139,7 +148,7 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
                     CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
                     notifications: $notified; all delivered ${notify_drain} s after the run
   split (serve --no-worker + worker):
-    saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
+    saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling, $(ratio "$sat_rate" "$(field rate "$result")") x the default over the split; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
                     rows stored $stored_rows, server-counted 202s $accepted_202s ($(check_rows "$stored_rows" "$accepted_202s"))
                     CPU per SET: receiver $split_receiver_us us, receiver and worker $server_cpu_us us, PostgreSQL $pg_cpu_us us
                     largest backlog ${max_backlog:-0} events; drained ${drain_s} s after the run
