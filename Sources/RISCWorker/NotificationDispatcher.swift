@@ -57,6 +57,8 @@ public final class NotificationDispatcher: Service, Sendable {
     /// Delivered (id and attempt), not yet recorded.
     private let delivered = Mutex<[(id: Int64, attempt: Int)]>([])
     private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
+    /// The subscribers' ids, and when they were read.
+    private let subscriberList = Mutex<(ids: [Int64], readAt: ContinuousClock.Instant)?>(nil)
 
     public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
         self.client = client
@@ -140,11 +142,13 @@ public final class NotificationDispatcher: Service, Sendable {
                 await recordDelivered()
                 var claimedAny = false
                 do {
-                    let subscribers = try await store.subscriberIDs()
-                    connections.keepOnly(Set(subscribers))
+                    let subscribers = try await subscriberIDs()
                     for subscriber in subscribers {
-                        let free = settings.concurrency - inFlight.withLock { $0[subscriber] ?? 0 }
-                        guard free > 0 else { continue }
+                        let busy = inFlight.withLock { $0[subscriber] ?? 0 }
+                        let free = settings.concurrency - busy
+                        // Taken in handfuls, not one at a time as each delivery ends: a claim, and the record of
+                        // what was delivered, each cost a transaction, so they serve several notifications at once.
+                        guard free > 0, busy == 0 || free >= (settings.concurrency + 1) / 2 else { continue }
                         let claimed = try await store.claim(subscriber: subscriber, limit: free, lease: settings.lease)
                         guard !claimed.isEmpty else { continue }
                         claimedAny = true
@@ -169,6 +173,16 @@ public final class NotificationDispatcher: Service, Sendable {
             try? await Task.sleep(for: .milliseconds(100))
             await recordDelivered()
         }
+    }
+
+    /// The subscribers, read again at most once per poll interval: not one more query for every wake-up.
+    private func subscriberIDs() async throws -> [Int64] {
+        let now = ContinuousClock.now
+        if let (ids, readAt) = subscriberList.withLock({ $0 }), now - readAt < settings.pollInterval { return ids }
+        let ids = try await store.subscriberIDs()
+        connections.keepOnly(Set(ids))
+        subscriberList.withLock { $0 = (ids, now) }
+        return ids
     }
 
     /// Records the deliveries finished since the last call, in one statement. Kept for the next call if that fails
