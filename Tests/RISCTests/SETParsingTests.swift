@@ -43,6 +43,37 @@ struct SETRejectionTests {
         #expect(T.rejection(parts.joined(separator: "."))?.code == .invalidRequest)
     }
 
+
+    @Test("The JWS segment decoder agrees with Foundation's base64 on 20,000 random segments, canonical spelling required")
+    func segmentDecoderMatchesFoundation() {
+        // Mostly the URL-safe alphabet, and now and then a byte outside it (standard alphabet, padding, space, NUL).
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        let strangers = Array("+/= .\u{0}é".utf8)
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 {
+            let length = Int.random(in: 0...13, using: &generator)
+            let segment: [UInt8] = (0..<length).map { _ in
+                Int.random(in: 0..<50, using: &generator) == 0
+                    ? strangers.randomElement(using: &generator)! : alphabet.randomElement(using: &generator)!
+            }
+            #expect(Base64URL.decodeJWSSegment(segment) == Self.referenceSegment(segment), "\(segment)")
+            // A contiguous String slice takes the same path as an array.
+            let text = String(decoding: segment, as: UTF8.self)
+            #expect(Base64URL.decodeJWSSegment(Substring(text).utf8) == Self.referenceSegment(Array(text.utf8)))
+        }
+    }
+
+    /// What a JWS segment means, spelled out: the URL-safe alphabet only, canonical, then Foundation's decoder.
+    static func referenceSegment(_ segment: [UInt8]) -> Data? {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        guard segment.allSatisfy(alphabet.contains), segment.count % 4 != 1 else { return nil }
+        let unusedBits: UInt8 = segment.count % 4 == 2 ? 0b1111 : segment.count % 4 == 3 ? 0b11 : 0
+        if let last = segment.last, UInt8(alphabet.firstIndex(of: last)!) & unusedBits != 0 { return nil }
+        var standard = String(decoding: segment, as: UTF8.self).replacingOccurrences(of: "-", with: "+")
+            .replacingOccurrences(of: "_", with: "/")
+        standard += String(repeating: "=", count: (4 - segment.count % 4) % 4)
+        return Data(base64Encoded: standard)
+    }
     @Test("A header or payload that is not a JSON object is invalid_request")
     func notJSON() {
         let garbage = Base64URL.encode(Data("not json".utf8))
