@@ -37,7 +37,7 @@ enum Bootstrap {
                 handler.logLevel = level
                 return handler
             case .text:
-                var handler = StreamLogHandler.standardError(label: label)
+                var handler = TextLogHandler(label: label)
                 handler.logLevel = level
                 return handler
             }
