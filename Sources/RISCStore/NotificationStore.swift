@@ -383,31 +383,9 @@ public struct NotificationStore: Sendable {
     /// Takes up to `limit` due notifications of one subscriber, only the oldest pending one of each of its users, so a
     /// user's notifications go out in order. Each is counted as an attempt and leased for `lease`: if the
     /// dispatcher dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
-    /// "The oldest of its user" is a subquery run per candidate, not an anti-join: before the table's first
-    /// ANALYZE, PostgreSQL planned the anti-join as a nested loop over every pending row, quadratic in the backlog.
     public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
         try await bounded { connection in
-            let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-            let rows = try await connection.query(
-                """
-                WITH due AS (
-                    SELECT n.id FROM risc_notifications n
-                    WHERE n.status = \(NotificationStatus.pending) AND n.next_attempt_at <= now() AND n.subscriber_id = \(subscriber)
-                      AND n.id = (
-                          SELECT head.id FROM risc_notifications head
-                          WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
-                          ORDER BY head.id LIMIT 1)
-                    ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
-                    FOR UPDATE OF n SKIP LOCKED
-                )
-                UPDATE risc_notifications n
-                SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
-                FROM due, risc_subscribers s
-                WHERE n.id = due.id AND s.id = n.subscriber_id
-                RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-                          n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
-                          CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id
-                """, logger: logger)
+            let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
             var claimed: [Delivery] = []
             for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
                 keyID, previousSealed, previousKeyID)
@@ -435,6 +413,33 @@ public struct NotificationStore: Sendable {
             }
             return claimed.sorted { $0.id < $1.id }
         }
+    }
+
+    /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,
+    /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
+    /// the pending-order index run per candidate. Before the table's first ANALYZE, PostgreSQL planned an anti-join
+    /// here as a nested loop over every pending row, quadratic in the backlog.
+    public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
+        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+        return try """
+            WITH due AS (
+                SELECT n.id FROM risc_notifications n
+                WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
+                  AND n.id = (
+                      SELECT head.id FROM risc_notifications head
+                      WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
+                      ORDER BY head.id LIMIT 1)
+                ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
+                FOR UPDATE OF n SKIP LOCKED
+            )
+            UPDATE risc_notifications n
+            SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
+            FROM due, risc_subscribers s
+            WHERE n.id = due.id AND s.id = n.subscriber_id
+            RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+                      n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
+                      CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id
+            """
     }
 
     /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if
