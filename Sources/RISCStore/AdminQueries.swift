@@ -212,8 +212,12 @@ public struct AdminQueries: Sendable {
     }
 
     public func stats() async throws -> QueueStats {
-        try await bounded { connection in
-            var stats = QueueStats(byStatus: [:], byType: [:], backlog: try await backlog())
+        // The backlog first, under the usual bound: a database that is down is reported as soon as by any other call.
+        let backlog = try await backlog()
+        // Then every stored event is counted, twice: at ten million events that takes seconds, more than
+        // RISC_DATABASE_TIMEOUT, so the counts have a bound of their own.
+        return try await client.withConnection(timeout: max(timeout, Self.countTimeout)) { connection in
+            var stats = QueueStats(byStatus: [:], byType: [:], backlog: backlog)
             for try await (status, count) in try await connection.query(
                 "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger
             ).decode((EventStatus, Int64).self) {
@@ -227,6 +231,9 @@ public struct AdminQueries: Sendable {
             return stats
         }
     }
+
+    /// The bound of `stats`'s counts of every stored event.
+    public static let countTimeout: Duration = .seconds(60)
 
     /// How many events wait for a worker, and the age of the oldest: for `stats` and the metrics.
     public func backlog() async throws -> Backlog {
