@@ -170,6 +170,14 @@ public enum ConfigVariables {
         show: { $0 ? "on" : "off" }
     ) { _ in true }
 
+    /// Shadow mode when false: actions are decided and recorded with the rows they would change, and change nothing.
+    public static let enforce = ConfigVariable<Bool>(
+        "RISC_ENFORCE", default: .value(true),
+        help: "`false` for shadow mode: every SET is verified, stored and its actions recorded as shadow actions, and no session, grant, account state or notification changes",
+        rule: "must be true or false",
+        show: { $0 ? "true" : "false" }
+    ) { _ in true }
+
     public static let idleTimeout = seconds(
         "RISC_IDLE_TIMEOUT", default: 30,
         help: "seconds a connection may send nothing, mid-request or between requests, before it is closed")

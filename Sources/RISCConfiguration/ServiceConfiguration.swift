@@ -119,6 +119,7 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.vaultKey, \.vaultKey),
         Setting(ConfigVariables.vaultPreviousKeys, \.vaultPreviousKeys),
         Setting(ConfigVariables.clientSecretFiles, \.clientSecrets),
+        Setting(ConfigVariables.enforce, \.worker.enforce),
         Setting(ConfigVariables.maxAttempts, \.worker.maxAttempts),
         Setting(ConfigVariables.eventRetentionDays, \.worker.eventRetentionDays),
         Setting(ConfigVariables.notifyMaxAttempts, \.worker.notifyMaxAttempts),

@@ -5,6 +5,8 @@ import RISCStore
 /// in its `ServiceConfiguration.worker`.
 public struct WorkerConfiguration: Sendable {
     public var databaseURL: String
+    /// False is shadow mode (RISC_ENFORCE).
+    public var enforce = ConfigVariables.enforce.defaultValue
     public var maxAttempts = ConfigVariables.maxAttempts.defaultValue
     public var eventRetentionDays = ConfigVariables.eventRetentionDays.defaultValue
     public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
@@ -21,7 +23,7 @@ public struct WorkerConfiguration: Sendable {
 
     /// The variables read, in the order `worker --help` lists them.
     public static let variables: [any ConfigVariableDocumentation] = [
-        ConfigVariables.databaseURL, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
+        ConfigVariables.databaseURL, ConfigVariables.enforce, ConfigVariables.maxAttempts, ConfigVariables.eventRetentionDays,
         ConfigVariables.notifyMaxAttempts, ConfigVariables.notifyBackoffBase, ConfigVariables.subscribers,
         ConfigVariables.shutdownTimeout, ConfigVariables.vaultKey, ConfigVariables.vaultPreviousKeys,
     ]
@@ -32,6 +34,7 @@ public struct WorkerConfiguration: Sendable {
 
     public init(reader: ConfigReader) throws(ServiceConfiguration.Invalid) {
         self.init(databaseURL: try ConfigVariables.databaseURL.value(from: reader))
+        enforce = try ConfigVariables.enforce.value(from: reader)
         maxAttempts = try ConfigVariables.maxAttempts.value(from: reader)
         eventRetentionDays = try ConfigVariables.eventRetentionDays.value(from: reader)
         notifyMaxAttempts = try ConfigVariables.notifyMaxAttempts.value(from: reader)

@@ -56,6 +56,20 @@ public enum ServiceMetrics {
         }
     }
 
+    /// What shadow actions would have changed (RISC_ENFORCE=false): the same figures, under their own names.
+    public static func shadowActionsRecorded(sessionsRevoked: Int, grantsDeleted: Int, ambiguousTokenIdentifiers: Int) {
+        if sessionsRevoked > 0 { Counter(label: "risc_shadow_sessions_revoked_total").increment(by: sessionsRevoked) }
+        if grantsDeleted > 0 { Counter(label: "risc_shadow_grants_deleted_total").increment(by: grantsDeleted) }
+        if ambiguousTokenIdentifiers > 0 {
+            Counter(label: "risc_shadow_token_identifiers_ambiguous_total").increment(by: ambiguousTokenIdentifiers)
+        }
+    }
+
+    /// 1 when actions are enforced, 0 in shadow mode.
+    public static func enforcement(_ enforced: Bool) {
+        Gauge(label: "risc_enforce").record(enforced ? 1 : 0)
+    }
+
     /// Notification delivery attempts to subscribers: `delivered`, `retried` or `dead`.
     public static func notificationsDelivered(_ count: Int, outcome: String) {
         Counter(label: "risc_notifications_total", dimensions: [("outcome", outcome)]).increment(by: count)

@@ -24,6 +24,7 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         group.get("events") { request, _ in try await self.events(request) }
         group.get("events/:id") { _, context in try await self.event(Self.id(context, of: "event")) }
         group.post("events/:id/replay") { _, context in try await self.replay(Self.id(context, of: "event")) }
+        group.get("events/:id/explain") { _, context in try await self.explain(Self.id(context, of: "event")) }
         group.get("users/:sub") { _, context in try await self.user(context.parameters.get("sub")) }
         group.get("stats") { _, _ in try JSONResponse.make(status: .ok, encoding: try await self.store.stats()) }
         group.get("subscribers") { _, _ in
@@ -58,6 +59,11 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
     func event(_ id: Int64) async throws -> Response {
         guard let event = try await store.event(id: id) else { throw APIError(.notFound, "not_found") }
         return try JSONResponse.make(status: .ok, encoding: event)
+    }
+
+    func explain(_ id: Int64) async throws -> Response {
+        guard let explanation = try await store.explainEvent(id: id) else { throw APIError(.notFound, "not_found") }
+        return try JSONResponse.make(status: .ok, encoding: explanation)
     }
 
     func replay(_ id: Int64) async throws -> Response {

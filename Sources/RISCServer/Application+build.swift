@@ -5,6 +5,7 @@ import PostgresNIO
 import RISC
 import RISCConfiguration
 import RISCKeys
+import RISCMetrics
 import RISCStore
 import ServiceLifecycle
 
@@ -16,6 +17,7 @@ public func buildApplication(
 ) -> some ApplicationProtocol {
     let router = Router(context: AppRequestContext.self)
     _ = Telemetry.registry  // bootstraps swift-metrics before the first metric is recorded
+    ServiceMetrics.enforcement(dependencies.enforce)
     OperationsController<AppRequestContext>(
         postgres: dependencies.postgres, expected: expectedSchema,
         keys: [("risc_keys", dependencies.transmitterKeys), ("openid_keys", dependencies.identityProvider)],
@@ -32,8 +34,10 @@ public func buildApplication(
     ).addRoutes(to: router)
     if let adminToken = configuration.adminToken {
         let store = PostgresAdminStore(
-            queries: AdminQueries(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
-            queue: EventQueue(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
+            queries: AdminQueries(
+                client: dependencies.postgres, timeout: dependencies.databaseTimeout, mode: EnforcementMode(enforce: dependencies.enforce),
+                logger: logger),
+            queue: EventQueue(client: dependencies.postgres, timeout: dependencies.databaseTimeout, enforce: dependencies.enforce, logger: logger),
             notifications: NotificationStore(
                 client: dependencies.postgres, timeout: dependencies.databaseTimeout, cipher: configuration.worker.cipher, logger: logger))
         AdminController<AppRequestContext, PostgresAdminStore>(adminToken: adminToken, store: store).addRoutes(to: router)

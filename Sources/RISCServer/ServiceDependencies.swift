@@ -23,6 +23,8 @@ public struct ServiceDependencies: Sendable {
     public let oauth: OAuthClient
     /// RISC_DATABASE_TIMEOUT: the bound of every call a request makes to the database (the admin API's too).
     public let databaseTimeout: Duration
+    /// False is shadow mode (RISC_ENFORCE=false).
+    public let enforce: Bool
 
     public init(
         configuration: ServiceConfiguration, logger: Logger,
@@ -31,8 +33,10 @@ public struct ServiceDependencies: Sendable {
         // Every request's wait for the database has the one bound, RISC_DATABASE_TIMEOUT.
         let databaseTimeout = Duration.milliseconds(Int64(configuration.databaseTimeoutSeconds * 1000))
         self.databaseTimeout = databaseTimeout
+        enforce = configuration.worker.enforce
         var inboxSettings = inboxSettings
         inboxSettings.commitTimeout = databaseTimeout
+        inboxSettings.enforce = configuration.worker.enforce
         var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
         postgresConfiguration.options.maximumConnections = max(20, inboxSettings.flushers * 2)
         postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: DatabaseURL.poolLogger(logger))

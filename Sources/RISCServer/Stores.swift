@@ -36,6 +36,8 @@ public protocol AdminStore: Sendable {
     func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage
     func event(id: Int64) async throws -> EventDetail?
     func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome
+    /// What replaying the event would do now; nil for no such event.
+    func explainEvent(id: Int64) async throws -> EventExplanation?
     func user(sub: String) async throws -> UserReport?
     func stats() async throws -> QueueStats
     func subscribers() async throws -> [SubscriberRecord]
@@ -63,6 +65,7 @@ public struct PostgresAdminStore: AdminStore {
     public func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage { try await queries.events(filter) }
     public func event(id: Int64) async throws -> EventDetail? { try await queries.event(id: id) }
     public func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome { try await queue.replay(id: id) }
+    public func explainEvent(id: Int64) async throws -> EventExplanation? { try await queue.explain(id: id) }
     public func user(sub: String) async throws -> UserReport? { try await queries.user(sub: sub) }
     public func stats() async throws -> QueueStats { try await queries.stats() }
     public func subscribers() async throws -> [SubscriberRecord] { try await outbox.subscribers() }

@@ -14,6 +14,8 @@ struct ActionBatch: Sendable {
         ])
     }
 
+    var isEmpty: Bool { elements.isEmpty }
+
     /// The `jsonb` argument.
     var json: String { JSONValue.array(elements).serialized }
 }

@@ -58,7 +58,7 @@ public struct AdminQueries: Sendable {
             return filter
         }
 
-        static func timestamp(_ value: String, name: String) throws(InvalidParameter) -> Date {
+        public static func timestamp(_ value: String, name: String) throws(InvalidParameter) -> Date {
             let formatter = ISO8601DateFormatter()
             if let date = formatter.date(from: value) { return date }
             formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
@@ -87,10 +87,13 @@ public struct AdminQueries: Sendable {
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API and the CLI.
     let timeout: Duration
+    /// The mode `stats` reports: this process's RISC_ENFORCE.
+    let mode: EnforcementMode
 
-    public init(client: PostgresClient, timeout: Duration = .seconds(5), logger: Logger) {
+    public init(client: PostgresClient, timeout: Duration = .seconds(5), mode: EnforcementMode = .enforce, logger: Logger) {
         self.client = client
         self.timeout = timeout
+        self.mode = mode
         self.logger = logger
     }
 
@@ -146,21 +149,23 @@ public struct AdminQueries: Sendable {
                 FROM risc_events WHERE id = \(id)
                 """, logger: logger)
             var found: EventDetail?
-            for try await (id, jti, types, sub, status, attempts, receivedAt, completedAt, issuer, issuedAt, runAfter, lastError, claims, events)
+            for try await (id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow, issuer, issuedAt, runAfter, lastError, claims,
+                events)
                 in rows.decode(
-                    (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, String, Date, Date, String?, String, String).self)
+                    (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, Bool, String, Date, Date, String?, String, String).self)
             {
-                let summary = EventSummary(row: (id, jti, types, sub, status, attempts, receivedAt, completedAt))
+                let summary = EventSummary(row: (id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow))
                 found = EventDetail(
                     summary: summary, issuer: issuer, issuedAt: issuedAt, runAfter: EventStatus.waiting.contains(status) ? runAfter : nil,
                     lastError: lastError, claimsJSON: claims, decodedEvents: SecurityEvent.stored(events.utf8), actions: [])
             }
             guard var detail = found else { return nil }
-            for try await (kind, sub, text, count, appliedAt) in try await connection.query(
-                "SELECT kind, sub, detail, rows_affected, applied_at FROM risc_event_actions WHERE event_id = \(id) ORDER BY id",
+            for try await (kind, sub, text, count, appliedAt, shadow) in try await connection.query(
+                "SELECT kind, sub, detail, rows_affected, applied_at, shadow FROM risc_event_actions WHERE event_id = \(id) ORDER BY id",
                 logger: logger
-            ).decode((ActionKind, String?, String?, Int32, Date).self) {
-                detail.actions.append(RecordedAction(kind: kind, sub: sub, detail: text, rowsAffected: Int(count), appliedAt: appliedAt))
+            ).decode((ActionKind, String?, String?, Int32, Date, Bool).self) {
+                detail.actions.append(
+                    RecordedAction(kind: kind, sub: sub, detail: text, rowsAffected: Int(count), appliedAt: appliedAt, shadow: shadow))
             }
             return detail
         }
@@ -214,10 +219,20 @@ public struct AdminQueries: Sendable {
     public func stats() async throws -> QueueStats {
         // The backlog first, under the usual bound: a database that is down is reported as soon as by any other call.
         let backlog = try await backlog()
+        let shadowEvents = try await bounded { connection in
+            // Read from the partial index of shadow events: none at all in enforcing mode.
+            var count: Int64 = 0
+            for try await value in try await connection.query("SELECT count(*)::int8 FROM risc_events WHERE shadow", logger: logger)
+                .decode(Int64.self)
+            {
+                count = value
+            }
+            return Int(count)
+        }
         // Then every stored event is counted, twice: at ten million events that takes seconds, more than
         // RISC_DATABASE_TIMEOUT, so the counts have a bound of their own.
         return try await client.withConnection(timeout: max(timeout, Self.countTimeout)) { connection in
-            var stats = QueueStats(byStatus: [:], byType: [:], backlog: backlog)
+            var stats = QueueStats(byStatus: [:], byType: [:], backlog: backlog, mode: mode, shadowEvents: shadowEvents)
             for try await (status, count) in try await connection.query(
                 "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger
             ).decode((EventStatus, Int64).self) {

@@ -15,15 +15,17 @@ public struct EventSummary: Sendable, Equatable, Encodable {
     public var attempts: Int
     public var receivedAt: Date
     public var completedAt: Date?
+    /// Its actions were last decided in shadow mode and changed nothing: `events replay` applies them.
+    public var shadow: Bool
 
     /// The columns `init(row:)` takes, in order.
-    static let columns = "id, jti, event_types, subject_sub, status, attempts, received_at, completed_at"
-    typealias Row = (Int64, String, [String], String?, EventStatus, Int32, Date, Date?)
+    static let columns = "id, jti, event_types, subject_sub, status, attempts, received_at, completed_at, shadow"
+    typealias Row = (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, Bool)
 
     init(row: Row) {
-        let (id, jti, types, sub, status, attempts, receivedAt, completedAt) = row
+        let (id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow) = row
         (self.id, self.jti, self.types, self.sub, self.status) = (id, jti, types, sub, status)
-        (self.attempts, self.receivedAt, self.completedAt) = (Int(attempts), receivedAt, completedAt)
+        (self.attempts, self.receivedAt, self.completedAt, self.shadow) = (Int(attempts), receivedAt, completedAt, shadow)
     }
 
     public var type: String { types.first ?? "" }
@@ -32,6 +34,7 @@ public struct EventSummary: Sendable, Equatable, Encodable {
 
     enum CodingKeys: String, CodingKey {
         case id, jti, type, typeName = "type_name", sub, status, attempts, receivedAt = "received_at", completedAt = "completed_at"
+        case shadow
     }
 
     /// The first type and its short name; `EventDetail` adds every type.
@@ -46,6 +49,7 @@ public struct EventSummary: Sendable, Equatable, Encodable {
         try container.encode(attempts, forKey: .attempts)
         try container.encode(receivedAt, forKey: .receivedAt)
         try container.encode(completedAt, forKey: .completedAt)
+        try container.encode(shadow, forKey: .shadow)
     }
 }
 
@@ -64,8 +68,10 @@ public struct RecordedAction: Sendable, Equatable, Encodable {
     public var detail: String?
     public var rowsAffected: Int
     public var appliedAt: Date
+    /// Recorded in shadow mode: `rowsAffected` rows would have changed, and none did.
+    public var shadow: Bool
 
-    enum CodingKeys: String, CodingKey { case kind, sub, detail, rowsAffected = "rows_affected", appliedAt = "applied_at" }
+    enum CodingKeys: String, CodingKey { case kind, sub, detail, rowsAffected = "rows_affected", appliedAt = "applied_at", shadow }
 
     // The vocabulary enums stay out of `Encodable`: postgres-nio would then bind them as jsonb.
     public func encode(to encoder: any Encoder) throws {
@@ -75,7 +81,50 @@ public struct RecordedAction: Sendable, Equatable, Encodable {
         try container.encode(detail, forKey: .detail)
         try container.encode(rowsAffected, forKey: .rowsAffected)
         try container.encode(appliedAt, forKey: .appliedAt)
+        try container.encode(shadow, forKey: .shadow)
     }
+}
+
+/// What applying an event again would do now (`events explain`): each action, with the rows it would change.
+public struct EventExplanation: Sendable, Equatable, Encodable {
+    public struct Action: Sendable, Equatable, Encodable {
+        public var kind: ActionKind
+        public var sub: String?
+        public var detail: String?
+        public var rowsAffected: Int
+
+        enum CodingKeys: String, CodingKey { case kind, sub, detail, rowsAffected = "rows_affected" }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(kind.rawValue, forKey: .kind)
+            try container.encode(sub, forKey: .sub)
+            try container.encode(detail, forKey: .detail)
+            try container.encode(rowsAffected, forKey: .rowsAffected)
+        }
+    }
+
+    public var id: Int64
+    /// Whether a replay now would change these rows (`enforce`) or record them as shadow actions (`shadow`).
+    public var mode: EnforcementMode
+    public var actions: [Action]
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(mode.rawValue, forKey: .mode)
+        try container.encode(actions, forKey: .actions)
+    }
+
+    enum CodingKeys: String, CodingKey { case id, mode, actions }
+}
+
+/// RISC_ENFORCE, as the admin API and the CLI name it.
+public enum EnforcementMode: String, Sendable, Equatable {
+    case enforce
+    case shadow
+
+    public init(enforce: Bool) { self = enforce ? .enforce : .shadow }
 }
 
 /// One event in full: the claims as signed (never the signature), the decoded events, and its actions.
@@ -177,12 +226,16 @@ public struct QueueStats: Sendable, Equatable, Encodable {
     /// By short name, or by URI for unknown types.
     public var byType: [String: Int]
     public var backlog: Backlog
+    /// The mode of the process answering (RISC_ENFORCE).
+    public var mode = EnforcementMode.enforce
+    /// Events whose actions were last decided in shadow mode: what `events replay --since` would apply.
+    public var shadowEvents = 0
 
     public var dead: Int { byStatus[.dead] ?? 0 }
 
     enum CodingKeys: String, CodingKey {
         case byStatus = "by_status", byType = "by_type", queueDepth = "queue_depth"
-        case oldestPendingAgeSeconds = "oldest_pending_age_seconds", dead
+        case oldestPendingAgeSeconds = "oldest_pending_age_seconds", dead, mode, shadowEvents = "shadow_events"
     }
 
     /// Every status is listed, a status with no events as 0.
@@ -193,5 +246,7 @@ public struct QueueStats: Sendable, Equatable, Encodable {
         try container.encode(backlog.depth, forKey: .queueDepth)
         try container.encode(backlog.oldestAgeSeconds, forKey: .oldestPendingAgeSeconds)
         try container.encode(dead, forKey: .dead)
+        try container.encode(mode.rawValue, forKey: .mode)
+        try container.encode(shadowEvents, forKey: .shadowEvents)
     }
 }

@@ -67,6 +67,8 @@ public final class EventInbox: Service, Sendable {
         /// Apply each new event's actions in the transaction that stores it (`serve` with its worker).
         /// Off, events are stored pending and a worker applies them (`serve --no-worker`).
         public var applyOnReceipt = false
+        /// False is shadow mode: the actions applied on receipt are recorded as shadow actions and change nothing.
+        public var enforce = true
         /// Called with the users a committed batch's actions named, before any of its callers resume: the
         /// process's session cache drops them, so a check after the 202 never answers from a stale entry.
         public var onApplied: (@Sendable ([String]) -> Void)?
@@ -182,8 +184,8 @@ public final class EventInbox: Service, Sendable {
                 try await self.insert(events, on: connection)
             }
             if let applied {
-                ServiceMetrics.actionsApplied(applied)
-                settings.onApplied?(batch.flatMap { $0.event.actions.compactMap(\.action.sub) })
+                ServiceMetrics.actionsApplied(applied, enforced: settings.enforce)
+                if settings.enforce { settings.onApplied?(batch.flatMap { $0.event.actions.compactMap(\.action.sub) }) }
             }
             for pending in batch {
                 let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)
@@ -222,7 +224,7 @@ public final class EventInbox: Service, Sendable {
         var stored = Set<EventKey>()
         var applied: ActionTotals?
         for try await (positions, kinds, actions, rows) in try await connection.execute(
-            StoreEvents(events, apply: settings.applyOnReceipt), logger: logger)
+            StoreEvents(events, apply: settings.applyOnReceipt, enforce: settings.enforce), logger: logger)
         {
             for position in positions ?? [] where position >= 1 && position <= events.count {
                 let event = events[Int(position) - 1]
@@ -240,7 +242,7 @@ public final class EventInbox: Service, Sendable {
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
         CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                                $9::jsonb, $10::bool, NULL, NULL, NULL, NULL)
+                                $9::jsonb, $10::bool, NULL, NULL, NULL, NULL, $11::bool)
         """
     /// The new rows' places in the batch; then, if applied on receipt, each action kind recorded with its number of
     /// actions and the rows they changed.
@@ -248,14 +250,16 @@ private struct StoreEvents: PostgresPreparedStatement {
 
     let events: [InboundEvent]
     let apply: Bool
+    let enforce: Bool
 
-    init(_ events: [InboundEvent], apply: Bool) {
+    init(_ events: [InboundEvent], apply: Bool, enforce: Bool) {
         self.events = events
         self.apply = apply
+        self.enforce = enforce
     }
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 8)
+        var bindings = PostgresBindings(capacity: 11)
         bindings.append(events.map(\.issuer))
         bindings.append(events.map(\.jti))
         bindings.append(events.map { JSONValue.array($0.eventTypes.map(JSONValue.string)).serialized })
@@ -273,6 +277,7 @@ private struct StoreEvents: PostgresPreparedStatement {
         }
         bindings.append(actions.json)
         bindings.append(apply)
+        bindings.append(enforce)
         return bindings
     }
 

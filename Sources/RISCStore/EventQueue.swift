@@ -42,11 +42,16 @@ public struct EventQueue: Sendable {
     /// Each transaction's bound; on it, the connection is closed (a worker's: its batch timeout; an admin's
     /// replay: RISC_DATABASE_TIMEOUT).
     let timeout: Duration
+    /// False is shadow mode: the actions are recorded as shadow actions and change nothing.
+    let enforce: Bool
 
-    public init(client: PostgresClient, retryPolicy: RetryPolicy = .init(), timeout: Duration = .seconds(30), logger: Logger) {
+    public init(
+        client: PostgresClient, retryPolicy: RetryPolicy = .init(), timeout: Duration = .seconds(30), enforce: Bool = true, logger: Logger
+    ) {
         self.client = client
         self.retryPolicy = retryPolicy
         self.timeout = timeout
+        self.enforce = enforce
         self.logger = logger
     }
 
@@ -115,15 +120,17 @@ public struct EventQueue: Sendable {
         }
         var claimed: [Claimed] = []
         for try await (id, eventsJSON, attempts, audienceJSON) in rows.decode((Int64, String, Int32, String).self) {
-            let actions: Result<[(position: Int, action: AccountAction)], Failure>
-            if let events = SecurityEvent.stored(eventsJSON.utf8) {
-                actions = .success(AccountAction.actions(for: events, audience: Self.audience(audienceJSON)))
-            } else {
-                actions = .failure(Failure(message: "the stored events cannot be decoded"))
-            }
-            claimed.append(Claimed(id: id, attempts: Int(attempts), actions: actions))
+            claimed.append(Claimed(id: id, attempts: Int(attempts), actions: Self.decide(eventsJSON: eventsJSON, audienceJSON: audienceJSON)))
         }
         return claimed
+    }
+
+    /// A stored event's actions, decided again from its stored events and audience.
+    static func decide(eventsJSON: String, audienceJSON: String) -> Result<[(position: Int, action: AccountAction)], Failure> {
+        guard let events = SecurityEvent.stored(eventsJSON.utf8) else {
+            return .failure(Failure(message: "the stored events cannot be decoded"))
+        }
+        return .success(AccountAction.actions(for: events, audience: Self.audience(audienceJSON)))
     }
 
     /// The `aud` claim as a list: a string, or the strings of an array.
@@ -157,7 +164,7 @@ public struct EventQueue: Sendable {
         // them, marks the events done, and says what they changed, for the metrics (counted once it commits).
         var kinds: [String] = [], counts: [Int64] = [], rows: [Int64] = []
         for try await (kind, recorded, changed) in try await connection.query(
-            "SELECT kind, actions_recorded, rows_changed FROM risc_apply_actions(\(actions.json)::jsonb, NULL, \(done))", logger: logger
+            "SELECT kind, actions_recorded, rows_changed FROM risc_apply_actions(\(actions.json)::jsonb, NULL, \(done), \(enforce))", logger: logger
         ).decode((String, Int64, Int64).self) {
             kinds.append(kind)
             counts.append(recorded)
@@ -231,6 +238,87 @@ public struct EventQueue: Sendable {
         case notFound
         /// Ignored events (no known type) have nothing to do.
         case ignored
+    }
+
+    /// What applying an event again would do now, whatever the mode: the actions decided from the stored event and
+    /// run as shadow actions, which change nothing, in a transaction that is rolled back. Nil for no such event;
+    /// no actions for an event of no known type.
+    public func explain(id: Int64) async throws -> EventExplanation? {
+        try await bounded { connection in
+            try await connection.query("BEGIN", logger: logger)
+            do {
+                let explanation = try await self.explain(id: id, on: connection)
+                try await connection.query("ROLLBACK", logger: logger)
+                return explanation
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    private func explain(id: Int64, on connection: PostgresConnection) async throws -> EventExplanation? {
+        var decided: Result<[(position: Int, action: AccountAction)], Failure>?
+        for try await (status, eventsJSON, audienceJSON) in try await connection.query(
+            "SELECT status, events::text, coalesce((claims->'aud')::text, 'null') FROM risc_events WHERE id = \(id)", logger: logger
+        ).decode((EventStatus, String, String).self) {
+            decided = status == .ignored ? .success([]) : Self.decide(eventsJSON: eventsJSON, audienceJSON: audienceJSON)
+        }
+        guard let decided else { return nil }
+        var explanation = EventExplanation(id: id, mode: EnforcementMode(enforce: enforce), actions: [])
+        var actions = ActionBatch()
+        for (position, action) in try decided.get() { actions.append(event: id, position: position, action) }
+        guard !actions.isEmpty else { return explanation }
+        // The rows this transaction records are those after the last action id it can see.
+        var before: Int64 = 0
+        for try await last in try await connection.query("SELECT coalesce(max(id), 0)::int8 FROM risc_event_actions", logger: logger)
+            .decode(Int64.self)
+        {
+            before = last
+        }
+        try await connection.query("SELECT count(*) FROM risc_apply_actions(\(actions.json)::jsonb, NULL, '{}', false)", logger: logger)
+        for try await (kind, sub, detail, count) in try await connection.query(
+            """
+            SELECT kind, sub, detail, rows_affected FROM risc_event_actions WHERE event_id = \(id) AND id > \(before) ORDER BY id
+            """, logger: logger
+        ).decode((ActionKind, String?, String?, Int32).self) {
+            // A shadow action's detail says "would be"; a replay in enforcing mode would say it happened.
+            explanation.actions.append(.init(kind: kind, sub: sub, detail: detail, rowsAffected: Int(count)))
+        }
+        return explanation
+    }
+
+    /// Makes every event received since `since` whose actions were last decided in shadow mode runnable again, in
+    /// arrival order, and wakes the workers: once enforcement is on, they apply them, with the ordering rules of
+    /// account state (by `iat`) as for any event. In pages of 1,000, each under the usual bound. Returns their ids.
+    public func replayShadow(since: Date, progress: @Sendable (Int) -> Void = { _ in }) async throws -> [Int64] {
+        var replayed: [Int64] = []
+        while true {
+            let after = replayed.last ?? 0
+            let page = try await bounded { connection in
+                var ids: [Int64] = []
+                for try await id in try await connection.query(
+                    """
+                    WITH page AS (
+                        SELECT id FROM risc_events
+                        WHERE shadow AND status = \(EventStatus.done) AND received_at >= \(since) AND id > \(after)
+                        ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED
+                    )
+                    UPDATE risc_events e
+                    SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
+                    FROM page WHERE e.id = page.id
+                    RETURNING e.id
+                    """, logger: logger
+                ).decode(Int64.self) {
+                    ids.append(id)
+                }
+                if !ids.isEmpty { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
+                return ids.sorted()
+            }
+            replayed += page
+            progress(replayed.count)
+            if page.count < 1000 { return replayed }
+        }
     }
 
     /// Makes a finished, failed or dead event runnable again (an operator's replay) and wakes the workers.

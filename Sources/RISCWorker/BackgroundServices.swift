@@ -17,6 +17,7 @@ public struct BackgroundServices: Sendable {
 
     public init(_ configuration: WorkerConfiguration) {
         worker.retryPolicy = RetryPolicy(maxAttempts: configuration.maxAttempts)
+        worker.enforce = configuration.enforce
         worker.retention.days = configuration.eventRetentionDays
         dispatcher.retryPolicy = RetryPolicy(
             maxAttempts: configuration.notifyMaxAttempts, baseDelay: configuration.notifyBackoffBaseSeconds,

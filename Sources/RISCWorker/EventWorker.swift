@@ -21,6 +21,8 @@ public final class EventWorker: Service, Sendable {
         /// cancellation, and would otherwise silence the loop and hold up shutdown.
         public var batchTimeout: Duration = .seconds(30)
         public var retryPolicy = RetryPolicy()
+        /// False is shadow mode: actions are recorded as shadow actions and change nothing.
+        public var enforce = true
         /// Deleting old events (RISC_EVENT_RETENTION_DAYS) runs beside the loops.
         public var retention = EventRetention.Settings()
         public init() {}
@@ -38,7 +40,8 @@ public final class EventWorker: Service, Sendable {
         self.client = client
         self.settings = settings
         self.logger = logger
-        self.queue = EventQueue(client: client, retryPolicy: settings.retryPolicy, timeout: settings.batchTimeout, logger: logger)
+        self.queue = EventQueue(
+            client: client, retryPolicy: settings.retryPolicy, timeout: settings.batchTimeout, enforce: settings.enforce, logger: logger)
     }
 
     public func run() async throws {
@@ -46,7 +49,10 @@ public final class EventWorker: Service, Sendable {
         let streams = (0..<settings.concurrency).map { _ in AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1)) }
         wakers.withLock { $0 = streams.map(\.continuation) }
         wakeAll()  // work left over from before the start
-        logger.info("Worker started", metadata: ["loops": "\(settings.concurrency)", "batch": "\(settings.batchSize)"])
+        ServiceMetrics.enforcement(settings.enforce)
+        logger.info(
+            "Worker started",
+            metadata: ["loops": "\(settings.concurrency)", "batch": "\(settings.batchSize)", "mode": "\(settings.enforce ? "enforce" : "shadow")"])
 
         // Not a child task: a LISTEN on a connection that died with its server may not notice cancellation, and
         // shutdown must not wait for it. It is cancelled when the loops are done.
@@ -90,7 +96,7 @@ public final class EventWorker: Service, Sendable {
                         ServiceMetrics.eventsProcessed(result.done, outcome: "done")
                         ServiceMetrics.eventsProcessed(result.retried, outcome: "retried")
                         ServiceMetrics.eventsProcessed(result.dead, outcome: "dead")
-                        ServiceMetrics.actionsApplied(result.totals)
+                        ServiceMetrics.actionsApplied(result.totals, enforced: settings.enforce)
                         logger.debug("Processed a batch", metadata: ["done": "\(result.done)", "failed": "\(result.failed)"])
                     }
                     if result.claimed < settings.batchSize { break }

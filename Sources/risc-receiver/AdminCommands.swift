@@ -15,10 +15,15 @@ struct AdminOptions: ParsableArguments {
 
     @OptionGroup var config: ConfigFileOption
 
+    /// RISC_ENFORCE says which mode `stats` and `events explain` report, as the service's admin API does.
     func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminQueries, EventQueue) async throws -> T) async throws -> T {
-        try await withDatabase { client, timeout, logger in
+        let enforce = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            try ConfigVariables.enforce.value(from: reader)
+        }
+        return try await withDatabase { client, timeout, logger in
             try await body(
-                AdminQueries(client: client, timeout: timeout, logger: logger), EventQueue(client: client, timeout: timeout, logger: logger))
+                AdminQueries(client: client, timeout: timeout, mode: EnforcementMode(enforce: enforce), logger: logger),
+                EventQueue(client: client, timeout: timeout, enforce: enforce, logger: logger))
         }
     }
 
@@ -67,7 +72,8 @@ struct AdminOptions: ParsableArguments {
 
 struct Events: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Stored events: list, show, replay.", subcommands: [EventsList.self, EventsShow.self, EventsReplay.self])
+        abstract: "Stored events: list, show, explain, replay.",
+        subcommands: [EventsList.self, EventsShow.self, EventsExplain.self, EventsReplay.self])
 }
 
 struct EventsList: AsyncParsableCommand {
@@ -120,35 +126,80 @@ struct EventsShow: AsyncParsableCommand {
         }
         let json = try JSONValueEncoder().encode(event)
         if options.json { return options.printJSON(json) }
-        for key in ["id", "jti", "issuer", "type", "sub", "status", "attempts", "received_at", "issued_at", "completed_at", "run_after", "last_error"] {
+        for key in [
+            "id", "jti", "issuer", "type", "sub", "status", "shadow", "attempts", "received_at", "issued_at", "completed_at", "run_after",
+            "last_error",
+        ] {
             print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(json[key]))")
         }
         print("claims        \(event.claimsJSON)")
         print("\nactions:")
         print(Table.render(
-            headers: ["KIND", "SUB", "ROWS", "DETAIL", "APPLIED"],
+            headers: ["KIND", "SUB", "ROWS", "MODE", "DETAIL", "APPLIED"],
             rows: event.actions.map { action in
-                [action.kind.rawValue, action.sub ?? "-", String(action.rowsAffected), action.detail ?? "-", Table.text(.timestamp(action.appliedAt))]
+                [
+                    action.kind.rawValue, action.sub ?? "-", String(action.rowsAffected), action.shadow ? "shadow" : "enforced",
+                    action.detail ?? "-", Table.text(.timestamp(action.appliedAt)),
+                ]
             }))
+    }
+}
+
+struct EventsExplain: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "explain", abstract: "What replaying an event would do now, without changing anything.",
+        discussion: EnvironmentHelp.database)
+
+    @Argument(help: "The event id.") var id: Int64
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let id = self.id
+        guard let explanation = try await options.withQueries({ _, queue in try await queue.explain(id: id) }) else {
+            throw Bootstrap.fail("no event \(id)")
+        }
+        if options.json { return try options.printJSON(explanation) }
+        print("A replay now, in \(explanation.mode.rawValue) mode (RISC_ENFORCE), would \(explanation.mode == .enforce ? "change" : "record as shadow actions"):")
+        if explanation.actions.isEmpty { return print("(no actions)") }
+        print(Table.render(
+            headers: ["KIND", "SUB", "ROWS", "DETAIL"],
+            rows: explanation.actions.map { [$0.kind.rawValue, $0.sub ?? "-", String($0.rowsAffected), $0.detail ?? "-"] }))
     }
 }
 
 struct EventsReplay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "replay", abstract: "Run an event again (its actions are idempotent), or every dead letter with --dead.", discussion: EnvironmentHelp.database)
+        commandName: "replay",
+        abstract: "Run an event again (its actions are idempotent), every dead letter with --dead, or what arrived in shadow mode with --since.",
+        discussion: EnvironmentHelp.database)
 
     @Argument(help: "The event id.") var id: Int64?
     @Flag(help: "Replay every dead event.") var dead = false
+    @Option(help: "Replay every event received at or after this time (RFC 3339) whose actions were only recorded as shadow actions.")
+    var since: String?
     @OptionGroup var options: AdminOptions
 
     func validate() throws {
-        if id != nil && dead { throw ValidationError("give an event id or --dead, not both") }
-        if id == nil && !dead { throw ValidationError("give an event id, or --dead") }
+        if [id != nil, dead, since != nil].filter({ $0 }).count > 1 { throw ValidationError("give one of an event id, --dead or --since") }
+        if id == nil && !dead && since == nil { throw ValidationError("give an event id, --dead or --since") }
+        if let since {
+            do { _ = try AdminQueries.EventFilter.timestamp(since, name: "since") } catch { throw ValidationError("--\(error.description)") }
+        }
     }
 
     func run() async throws {
         let id = self.id
         let json = options.json
+        if let since {
+            let from = try AdminQueries.EventFilter.timestamp(since, name: "since")
+            let replayed = try await options.withQueries { _, queue in
+                let progress = ProgressBar(label: "Replaying")
+                let ids = try await queue.replayShadow(since: from) { done in if !json { progress.update(done: done, total: nil) } }
+                if !json { progress.finish() }
+                return ids
+            }
+            return report(replayed)
+        }
         let (replayed, missing) = try await options.withQueries { queries, queue -> ([Int64], String?) in
             let ids: [Int64]
             if let id { ids = [id] } else { ids = try await queries.deadEventIDs() }
@@ -167,6 +218,10 @@ struct EventsReplay: AsyncParsableCommand {
             return (replayed, nil)
         }
         if let missing { throw Bootstrap.fail(missing) }
+        report(replayed)
+    }
+
+    func report(_ replayed: [Int64]) {
         if options.json { return options.printJSON(["replayed": .array(replayed.map { .number(Double($0)) })]) }
         print("Replayed \(replayed.count) event\(replayed.count == 1 ? "" : "s").")
     }
@@ -214,6 +269,8 @@ struct Stats: AsyncParsableCommand {
     func run() async throws {
         let stats = try await options.withQueries { queries, _ in try await queries.stats() }
         if options.json { return try options.printJSON(stats) }
+        print("mode          \(stats.mode.rawValue)")
+        print("shadow events \(stats.shadowEvents)")
         print("queue depth   \(stats.backlog.depth)")
         print("oldest        \(stats.backlog.oldestAgeSeconds.map { "\(Table.text(.number($0))) s" } ?? "- (nothing waiting)")")
         print("dead          \(stats.dead)\n")
@@ -244,7 +301,10 @@ enum Table {
         return render(
             headers: ["ID", "RECEIVED", "TYPE", "STATUS", "ATTEMPTS", "SUB"],
             rows: events.map { event in
-                [String(event.id), text(.timestamp(event.receivedAt)), event.typeName, event.status.rawValue, String(event.attempts), event.sub ?? "-"]
+                [
+                    String(event.id), text(.timestamp(event.receivedAt)), event.typeName,
+                    event.status.rawValue + (event.shadow ? " (shadow)" : ""), String(event.attempts), event.sub ?? "-",
+                ]
             })
     }
 

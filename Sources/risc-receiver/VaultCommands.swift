@@ -76,8 +76,10 @@ final class ProgressBar: Sendable {
 
     init(label: String) { self.label = label }
 
-    func update(done: Int, total: Int) {
+    /// Without a total (work that does not know its size in advance), only the count.
+    func update(done: Int, total: Int?) {
         guard enabled else { return }
+        guard let total else { return FileHandle.standardError.write(Data("\r\(label) \(done)".utf8)) }
         let width = 30
         let filled = total == 0 ? width : min(width, done * width / total)
         let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)

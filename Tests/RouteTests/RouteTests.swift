@@ -24,6 +24,7 @@ struct RouteTests {
         func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage { try fail(); throw NotInThisFake() }
         func event(id: Int64) async throws -> EventDetail? { try fail(); return nil }
         func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome { try fail(); return id == 7 ? .ignored : .notFound }
+        func explainEvent(id: Int64) async throws -> EventExplanation? { try fail(); return nil }
         func user(sub: String) async throws -> UserReport? { try fail(); return nil }
         func stats() async throws -> QueueStats { try fail(); throw NotInThisFake() }
         func subscribers() async throws -> [SubscriberRecord] { try fail(); return [] }

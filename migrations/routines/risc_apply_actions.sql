@@ -17,9 +17,15 @@
 -- Every user the batch touches is locked first, in one order (by lock key: two subs may share one): the actions'
 -- users, and the owners of the grants a token identifier names (such an action names no user of its own). Sign-in
 -- takes one user's lock.
+-- Without `enforce` (shadow mode), each statement counts the rows it would change instead of changing them, and
+-- the actions are recorded as shadow actions (no notification follows them). Each is judged against the rows as
+-- they are: an earlier shadow action changed nothing for a later one to see.
 -- A user's rows, grants included, are only changed under that user's lock, so no two batches, and no batch and
 -- sign-in, can wait on each other in a cycle. The actions then run sorted by user.
-CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}')
+-- The signature before shadow mode: a second overload would make a call with three arguments ambiguous.
+DROP FUNCTION IF EXISTS risc_apply_actions(jsonb, bigint[], bigint[]);
+CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}',
+                                              enforce boolean DEFAULT true)
 RETURNS TABLE (kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
 DECLARE
     a           record;
@@ -84,13 +90,18 @@ BEGIN
             ELSE
                 cutoff := received;
             END IF;
-            UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
-             WHERE sub = a.sub AND revoked_at IS NULL AND created_at <= cutoff;
-            GET DIAGNOSTICS affected = ROW_COUNT;
-            -- ID tokens issued up to the cutoff no longer sign the user in.
-            INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
-            ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
-             WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
+            IF enforce THEN
+                UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
+                 WHERE sub = a.sub AND revoked_at IS NULL AND created_at <= cutoff;
+                GET DIAGNOSTICS affected = ROW_COUNT;
+                -- ID tokens issued up to the cutoff no longer sign the user in.
+                INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
+                ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
+                 WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
+            ELSE
+                SELECT count(*) INTO affected FROM risc_sessions s
+                 WHERE s.sub = a.sub AND s.revoked_at IS NULL AND s.created_at <= cutoff;
+            END IF;
         -- The grants each kind erases, each found through its own index; then one erasure for all three.
         WHEN 'delete_grants' THEN
             erased := ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = a.sub AND g.revoked_at IS NULL);
@@ -104,6 +115,7 @@ BEGIN
         -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
         -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
+          IF enforce THEN
             INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
                                          sign_in_state_position)
             VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN NULLIF(a.argument, '') END,
@@ -116,30 +128,52 @@ BEGIN
                 OR (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
                    <= (EXCLUDED.sign_in_state_at, EXCLUDED.sign_in_state_event, EXCLUDED.sign_in_state_position);
             GET DIAGNOSTICS affected = ROW_COUNT;
+          ELSE
+            -- The upsert's condition, read: it changes the row unless a newer account state is there.
+            SELECT count(*) INTO affected WHERE NOT EXISTS (
+                SELECT 1 FROM risc_users u
+                 WHERE u.sub = a.sub AND u.sign_in_state_at IS NOT NULL
+                   AND (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
+                       > (issued, event_id, a.position));
+          END IF;
             IF affected = 0 THEN
                 stale := stale || (event_id || ':' || a.position || ':' || a.sub);
                 detail := coalesce(detail || ': ', '') || 'skipped, the account state is newer than the event';
             END IF;
         WHEN 'flag_for_review' THEN
-            INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
-            ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
-            GET DIAGNOSTICS affected = ROW_COUNT;
+            IF enforce THEN
+                INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
+                ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
+                GET DIAGNOSTICS affected = ROW_COUNT;
+            ELSE
+                SELECT count(*) INTO affected
+                 WHERE NOT EXISTS (SELECT 1 FROM risc_users u WHERE u.sub = a.sub AND u.review_required);
+            END IF;
         WHEN 'require_credential_change' THEN
-            INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
-            ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
-             WHERE NOT u.credential_change_required;
-            GET DIAGNOSTICS affected = ROW_COUNT;
+            IF enforce THEN
+                INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
+                ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
+                 WHERE NOT u.credential_change_required;
+                GET DIAGNOSTICS affected = ROW_COUNT;
+            ELSE
+                SELECT count(*) INTO affected
+                 WHERE NOT EXISTS (SELECT 1 FROM risc_users u WHERE u.sub = a.sub AND u.credential_change_required);
+            END IF;
         WHEN 'record_verification', 'skip' THEN
             affected := 0;
         ELSE
             RAISE EXCEPTION 'unknown action kind %', a.kind;
         END CASE;
         IF erased IS NOT NULL AND cardinality(erased) > 0 THEN
-            UPDATE risc_grants
-               SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
-                   revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-             WHERE id = ANY (erased) AND revoked_at IS NULL;
-            GET DIAGNOSTICS affected = ROW_COUNT;
+            IF enforce THEN
+                UPDATE risc_grants
+                   SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
+                       revoked_at = now(), revoked_by_event = event_id, updated_at = now()
+                 WHERE id = ANY (erased) AND revoked_at IS NULL;
+                GET DIAGNOSTICS affected = ROW_COUNT;
+            ELSE
+                SELECT count(*) INTO affected FROM risc_grants g WHERE g.id = ANY (erased) AND g.revoked_at IS NULL;
+            END IF;
             -- What this erasure changed, not what the lookup saw: another batch may have erased some first.
             IF a.kind <> 'delete_grants' THEN ambiguous := affected; END IF;
         END IF;
@@ -155,17 +189,18 @@ BEGIN
             out_places := out_places || a.position;
             out_kinds := out_kinds || 'ambiguous_token_identifier'::text;
             out_subs := out_subs || NULL::text;
-            out_details := out_details || ('the identifier matched ' || ambiguous || ' grants; all were erased');
+            out_details := out_details || ('the identifier matched ' || ambiguous || ' grants; all '
+                                           || CASE WHEN enforce THEN 'were' ELSE 'would be' END || ' erased');
             out_counts := out_counts || ambiguous;
         END IF;
     END LOOP;
 
-    INSERT INTO risc_event_actions (event_id, event_position, kind, sub, detail, rows_affected)
-    SELECT o.event_id, o.place, o.kind, o.sub, o.detail, o.n
+    INSERT INTO risc_event_actions (event_id, event_position, kind, sub, detail, rows_affected, shadow)
+    SELECT o.event_id, o.place, o.kind, o.sub, o.detail, o.n, NOT enforce
       FROM unnest(out_events, out_places, out_kinds, out_subs, out_details, out_counts) AS o(event_id, place, kind, sub, detail, n);
 
     UPDATE risc_events
-       SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL
+       SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL, shadow = NOT enforce
      WHERE id = ANY (done_events) AND status IN ('pending', 'retry');
 
     RETURN QUERY

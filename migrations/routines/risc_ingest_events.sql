@@ -5,9 +5,13 @@
 -- With `apply` (serve with its worker, the default), the new events' actions are applied in the same
 -- transaction, so a revocation is committed before the 202 and the event is written once, as done. If applying
 -- fails, the batch is stored pending instead, for a worker to retry; without `apply` (serve --no-worker) it is
--- always stored pending. `stored` returns the 1-based places of the SETs that were new (NULL when all were
+-- always stored pending. Without `enforce` (shadow mode), the actions are recorded as shadow actions and change
+-- nothing. `stored` returns the 1-based places of the SETs that were new (NULL when all were
 -- duplicates); the applied_* arrays say, per action kind, how many actions were recorded and how many rows they
 -- changed (NULL when nothing was applied), for the metrics.
+-- The signature before shadow mode: a second overload would make a CALL with fourteen arguments ambiguous.
+DROP PROCEDURE IF EXISTS risc_ingest_events(text[], text[], text[], text[], text[], text[], float8[], text[], jsonb, boolean,
+                                            bigint[], text[], bigint[], bigint[]);
 CREATE OR REPLACE PROCEDURE risc_ingest_events(
     issuers text[], jtis text[], types text[], subs text[], events text[], claims text[], iats float8[],
     statuses text[],
@@ -18,7 +22,8 @@ CREATE OR REPLACE PROCEDURE risc_ingest_events(
     -- Of the events applied on receipt: each action kind recorded, its number of actions, and the rows they
     -- changed in all.
     INOUT applied_kinds text[] DEFAULT NULL, INOUT applied_actions bigint[] DEFAULT NULL,
-    INOUT applied_rows bigint[] DEFAULT NULL)
+    INOUT applied_rows bigint[] DEFAULT NULL,
+    enforce boolean DEFAULT true)
 LANGUAGE plpgsql AS $$
 DECLARE
     new_rows bigint[];
@@ -32,7 +37,7 @@ BEGIN
         BEGIN
             -- Each batch row's new event id, NULL for a SET already stored (its actions are not applied again).
             WITH new AS (
-                SELECT batch_index, event_id FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true)
+                SELECT batch_index, event_id FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true, NOT enforce)
             )
             SELECT (SELECT array_agg(batch_index) FROM new),
                    (SELECT array_agg(new.event_id ORDER BY b.i)
@@ -41,7 +46,7 @@ BEGIN
             SELECT coalesce(array_agg(t.kind), '{}'), coalesce(array_agg(t.actions_recorded), '{}'),
                    coalesce(array_agg(t.rows_changed), '{}')
               INTO applied_kinds, applied_actions, applied_rows
-              FROM risc_apply_actions(actions, coalesce(row_ids, '{}')) AS t;
+              FROM risc_apply_actions(actions, coalesce(row_ids, '{}'), '{}', enforce) AS t;
             applied := true;
         EXCEPTION WHEN OTHERS THEN
             -- One failing action must not cost the batch its storage: it is stored pending, for a worker.

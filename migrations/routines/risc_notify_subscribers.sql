@@ -13,7 +13,8 @@ BEGIN
       FROM recorded_actions a
       JOIN risc_events e ON e.id = a.event_id
       JOIN risc_subscribers s ON s.actions IS NULL OR a.kind = ANY (s.actions)
-     WHERE a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
+     -- A shadow action changed nothing, so there is nothing to tell.
+     WHERE NOT a.shadow AND a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
                       'disable_sign_in', 'enable_sign_in', 'flag_for_review', 'require_credential_change')
      ORDER BY a.id, s.id;
     IF FOUND THEN

@@ -1,0 +1,238 @@
+import DevTransmitter
+import Foundation
+import PostgresNIO
+import RISC
+import RISCStore
+import Testing
+
+/// What an operator rolling out in shadow mode sees, with real `serve` processes: first RISC_ENFORCE=false, then
+/// the default, on one database.
+@Suite("Shadow mode", .timeLimit(.minutes(4)))
+struct ShadowModeTests {
+    @Test(
+        "RISC_ENFORCE=false changes no session, grant, account or notification and records shadow actions; explain, then replay --since once enforcing, applies them in order"
+    )
+    func shadowThenEnforce() async throws {
+        let subscriber = TestSubscriber()
+        try await subscriber.serving { hookURL in
+            try await IsolatedDatabase.with { database in
+                let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
+                try await serving(transmitter) {
+                    try await Self.rollOut(database: database, transmitter: transmitter, subscriber: subscriber, hookURL: hookURL)
+                }
+            }
+        }
+    }
+
+    /// The one function decides in both modes: what a shadow action counts must be what the enforcing call changes.
+    @Test("Kind by kind, a shadow action counts the rows the enforcing call then changes, and changes none of them")
+    func shadowCountsWhatEnforcingChanges() async throws {
+        try await Harness.with { harness in
+            let sub = "shadow-count-\(UUID().uuidString)"
+            _ = try await harness.newSession(sub: sub)
+            _ = try await harness.newSession(sub: sub)
+            // Two grants sharing a 16-character prefix: token-revoked by prefix erases both, and is flagged ambiguous.
+            let prefix = String(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16))
+            for n in 1...2 { _ = try await harness.storeGrant(sub: sub, refreshToken: prefix + "-\(n)-\(UUID().uuidString)") }
+            let jti = "shadow-count-\(UUID().uuidString)"
+            let id = try #require(
+                try await harness.database.query(
+                    """
+                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
+                    VALUES ('https://shadow.test', \(jti), '{}', \(sub), '[]', '{}', now(), 'done') RETURNING id
+                    """
+                ).collect().first?.decode(Int64.self))
+            let actions: JSONValue = .array(
+                [
+                    ("revoke_sessions", sub as String?, nil as String?), ("delete_grant_by_prefix", nil, prefix),
+                    ("disable_sign_in", sub, "hijacking"), ("flag_for_review", sub, nil), ("require_credential_change", sub, nil),
+                ].enumerated().map { position, action in
+                    [
+                        "event": .number(Double(id)), "position": .number(Double(position)), "kind": .string(action.0),
+                        "sub": action.1.map(JSONValue.string) ?? .null, "argument": action.2.map(JSONValue.string) ?? .null,
+                        "client_ids": [.string(Harness.audience)],
+                    ]
+                })
+            @Sendable func apply(enforce: Bool) async throws -> [String] {
+                let before = try #require(
+                    try await harness.database.query("SELECT coalesce(max(id), 0)::int8 FROM risc_event_actions").collect().first?.decode(Int64.self))
+                _ = try await harness.database.query(
+                    "SELECT count(*) FROM risc_apply_actions(\(actions.serialized)::jsonb, NULL, '{}', \(enforce))"
+                ).collect()
+                var recorded: [String] = []
+                for try await (kind, count, shadow) in try await harness.database.query(
+                    "SELECT kind, rows_affected, shadow FROM risc_event_actions WHERE event_id = \(id) AND id > \(before) ORDER BY id"
+                ).decode((String, Int32, Bool).self) {
+                    #expect(shadow == !enforce)
+                    recorded.append("\(kind):\(count)")
+                }
+                return recorded
+            }
+            @Sendable func state() async throws -> String {
+                let rows = try await harness.database.query(
+                    """
+                    SELECT (SELECT count(*) FROM risc_sessions WHERE sub = \(sub) AND revoked_at IS NULL)::int8,
+                           (SELECT count(*) FROM risc_grants WHERE sub = \(sub) AND revoked_at IS NULL)::int8,
+                           (SELECT row(sign_in_disabled, review_required, credential_change_required, sessions_revoked_before)::text
+                              FROM risc_users WHERE sub = \(sub))
+                    """
+                ).collect()
+                let (sessions, grants, user) = try #require(rows.first).decode((Int64, Int64, String?).self)
+                return "\(sessions) \(grants) \(user ?? "-")"
+            }
+
+            let untouched = try await state()
+            let shadow = try await apply(enforce: false)
+            #expect(try await state() == untouched)
+            #expect(Set(shadow) == [
+                "revoke_sessions:2", "delete_grant_by_prefix:2", "ambiguous_token_identifier:2", "disable_sign_in:1",
+                "flag_for_review:1", "require_credential_change:1",
+            ], "\(shadow)")
+            let enforced = try await apply(enforce: true)
+            #expect(enforced == shadow)
+            #expect(try await state() != untouched)
+            // And after it, shadow and enforcing agree again: the state is newer for nothing but the same event.
+            #expect(try await apply(enforce: false) == (try await apply(enforce: true)))
+        }
+    }
+
+    static func metrics(_ client: Client) async throws -> [String: Double] {
+        var values: [String: Double] = [:]
+        for line in try await client.send(.GET, "/metrics").body.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            values[String(line[..<space])] = value
+        }
+        return values
+    }
+
+    static func rollOut(database: IsolatedDatabase, transmitter: DevTransmitter, subscriber: TestSubscriber, hookURL: String) async throws {
+        let sub = "shadow-\(UUID().uuidString)"
+        let start = Date(timeIntervalSinceNow: -5)
+        let cli = ["DATABASE_URL": database.url, "LOG_LEVEL": "warning"]
+        @Sendable func signIn(_ client: Client) async throws -> Harness.Reply {
+            var request = IDTokenRequest(sub: sub)
+            request.iat = Date().timeIntervalSince1970.rounded(.down)
+            let token = try await transmitter.makeIDToken(request)
+            return try await client.send(.POST, "/tokensignin", body: "idtoken=\(token)", contentType: "application/x-www-form-urlencoded")
+        }
+        @Sendable func user(_ client: Client) async throws -> [String: JSONValue] {
+            try await client.send(.GET, "/admin/v1/users/\(sub)", bearer: Harness.adminToken).json
+        }
+
+        // Shadow mode.
+        let shadow = try ServeProcess.start(databaseURL: database.url, transmitter: transmitter, environment: ["RISC_ENFORCE": "false"])
+        var shadowStopped = false
+        defer { if !shadowStopped { shadow.stop() } }
+        try await shadow.waitUntilReady()
+        let client = Client(base: shadow.url)
+        let signedIn = try await signIn(client)
+        #expect(signedIn.status == 200, "\(signedIn.body)")
+        let session = try #require(signedIn.json["session_token"]?.stringValue)
+        let grant = try await client.send(
+            .POST, "/v1/grants", bearer: Harness.serviceToken,
+            json: ["sub": .string(sub), "refresh_token": .string("1//shadow-\(UUID().uuidString)"), "client_id": .string(Harness.audience)])
+        #expect(grant.status == 201)
+        let added = try await client.send(
+            .POST, "/admin/v1/subscribers", bearer: Harness.adminToken,
+            json: ["url": .string(hookURL), "secret": .string(subscriber.secret)])
+        #expect(added.status == 201, "\(added.body)")
+
+        // tokens-revoked; a hijacking; then an older account-enabled, delivered last.
+        let issued = Date().timeIntervalSince1970.rounded(.down)
+        var jtis: [String] = []
+        for (type, reason, iat) in [("tokens-revoked", nil, issued), ("account-disabled", "hijacking", issued), ("account-enabled", nil, issued - 60)] {
+            var request = SETRequest(type: type, sub: sub)
+            request.reason = reason
+            request.iat = iat
+            request.jti = "shadow-\(UUID().uuidString)"
+            jtis.append(request.jti!)
+            let reply = try await client.send(.POST, "/risc/events", body: try await transmitter.makeSET(request), contentType: "application/secevent+jwt")
+            #expect(reply.status == 202, "\(reply.body)")
+        }
+        let page = try await client.send(.GET, "/admin/v1/events?sub=\(sub)", bearer: Harness.adminToken).json
+        let ids = (page["events"]?.arrayValue ?? []).compactMap { $0["id"]?.number.map(Int64.init) }.sorted()
+        try #require(ids.count == 3)
+
+        // Nothing changed: the session checks, the grant is there, sign-in works, no notification was queued.
+        #expect(try await client.send(.GET, "/v1/session", bearer: session).status == 200)
+        #expect(try await signIn(client).status == 200)
+        var account = try await user(client)
+        #expect(account["flags"] == [])
+        #expect(account["sessions"]?["revoked"] == 0)
+        #expect(account["grants"]?["active"] == 1)
+        let queued = try await database.client.query("SELECT count(*)::int8 FROM risc_notifications").collect()
+        #expect(try queued.first?.decode(Int64.self) == 0)
+
+        // The actions are recorded as shadow actions, with the rows they would have changed.
+        let revoked = try await client.send(.GET, "/admin/v1/events/\(ids[0])", bearer: Harness.adminToken).json
+        #expect(revoked["shadow"] == true)
+        let shadowActions = (revoked["actions"]?.arrayValue ?? []).map {
+            "\($0["kind"]?.stringValue ?? ""):\($0["rows_affected"]?.number ?? -1):\($0["shadow"] == true)"
+        }
+        #expect(shadowActions == ["revoke_sessions:1.0:true", "delete_grants:1.0:true"])
+        let stats = try await client.send(.GET, "/admin/v1/stats", bearer: Harness.adminToken).json
+        #expect(stats["mode"] == "shadow")
+        #expect(stats["shadow_events"] == 3)
+        let cliStats = try await runRiscReceiver(["stats"], environment: cli.merging(["RISC_ENFORCE": "false"]) { $1 })
+        #expect(cliStats.output.contains("mode          shadow") && cliStats.output.contains("shadow events 3"), "\(cliStats.output)")
+        let shown = try await runRiscReceiver(["events", "show", String(ids[0])], environment: cli)
+        #expect(shown.output.contains("revoke_sessions") && shown.output.contains("shadow"), "\(shown.output)")
+        var values = try await metrics(client)
+        #expect(values["risc_enforce"] == 0)
+        // The two revocations each counted the one session; nothing was counted as revoked.
+        #expect(values["risc_shadow_sessions_revoked_total"] == 2)
+        #expect(values["risc_shadow_grants_deleted_total"] == 1)
+        #expect(values["risc_sessions_revoked_total"] == nil)
+
+        // Explain: what a replay would do now, and nothing is written.
+        let actionsBefore = try await database.client.query("SELECT count(*)::int8 FROM risc_event_actions").collect().first?.decode(Int64.self)
+        let explained = try await client.send(.GET, "/admin/v1/events/\(ids[1])/explain", bearer: Harness.adminToken)
+        #expect(explained.status == 200)
+        #expect(explained.json["mode"] == "shadow")
+        let explainedActions = (explained.json["actions"]?.arrayValue ?? []).map { "\($0["kind"]?.stringValue ?? ""):\($0["rows_affected"]?.number ?? -1)" }
+        #expect(explainedActions == ["disable_sign_in:1.0", "revoke_sessions:1.0"])
+        let actionsAfter = try await database.client.query("SELECT count(*)::int8 FROM risc_event_actions").collect().first?.decode(Int64.self)
+        #expect(actionsBefore == actionsAfter)
+        #expect(try await client.send(.GET, "/v1/session", bearer: session).status == 200)
+        #expect(try await client.send(.GET, "/admin/v1/events/999999/explain", bearer: Harness.adminToken).status == 404)
+        shadowStopped = true
+        shadow.stop()
+        #expect(subscriber.deliveries.isEmpty)
+
+        // Enforcing: nothing is applied by itself.
+        let enforcing = try ServeProcess.start(databaseURL: database.url, transmitter: transmitter)
+        defer { enforcing.stop() }
+        try await enforcing.waitUntilReady()
+        let live = Client(base: enforcing.url)
+        try await Task.sleep(for: .seconds(1))
+        #expect(try await live.send(.GET, "/v1/session", bearer: session).status == 200)
+        let cliExplained = try await runRiscReceiver(["events", "explain", String(ids[0])], environment: cli)
+        #expect(cliExplained.status == 0)
+        #expect(cliExplained.output.contains("in enforce mode") && cliExplained.output.contains("delete_grants"), "\(cliExplained.output)")
+
+        // The operator replays what arrived in shadow mode.
+        let since = ISO8601DateFormatter().string(from: start)
+        let replayed = try await runRiscReceiver(["events", "replay", "--since", since, "--json"], environment: cli)
+        #expect(replayed.status == 0, "\(replayed.output)")
+        #expect(replayed.output.contains("\"replayed\":[\(ids.map(String.init).joined(separator: ","))]"), "\(replayed.output)")
+        try await eventually("the replayed events are applied") {
+            let status = try await live.send(.GET, "/v1/session", bearer: session).status
+            let left = try await live.send(.GET, "/admin/v1/stats", bearer: Harness.adminToken).json["shadow_events"]
+            return status == 401 && left == 0
+        }
+        // Ordering holds: the older account-enabled, applied after the hijacking, is stale; the account stays disabled.
+        let refused = try await signIn(live)
+        #expect(refused.status == 403 && refused.error == "account_disabled", "\(refused.body)")
+        account = try await user(live)
+        #expect(account["flags"]?.arrayValue?.contains("sign_in_disabled") == true, "\(account)")
+        #expect(account["grants"]?["active"] == 0)
+        let enabled = try await live.send(.GET, "/admin/v1/events/\(ids[2])", bearer: Harness.adminToken).json
+        let enforced = (enabled["actions"]?.arrayValue ?? []).filter { $0["shadow"] == false }
+        #expect(enforced.map { $0["rows_affected"]?.number } == [0], "\(enabled)")
+        #expect(enforced.first?["detail"]?.stringValue?.contains("skipped") == true)
+        values = try await metrics(live)
+        #expect(values["risc_enforce"] == 1)
+        // Now the subscriber hears of what changed.
+        try await eventually("the subscriber is told") { subscriber.accepted.withLock { $0 }.contains { $0.sub == sub } }
+    }
+}
