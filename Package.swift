@@ -27,6 +27,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        // Traces: the API our spans use, and the OTLP exporter. OTLP over HTTP only: the gRPC trait would bring
+        // grpc-swift into the build for an exporter we do not offer.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // Pure protocol core: SET claims, events, subjects, validation, token identifiers. No I/O.
@@ -65,6 +69,7 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             // migrations/*.sql, compiled in: the binary can migrate without the files beside it.
             plugins: ["EmbedMigrations"]
@@ -93,6 +98,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         // Hummingbird routes and buildApplication.
@@ -105,6 +111,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             // The admin API's OpenAPI document: committed as a file, compiled into the binary.
             resources: [.embedInCode("Resources/admin-openapi.json")]
@@ -132,6 +139,8 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ],
             // The commit it was built from, for --version.
             plugins: ["EmbedBuildInfo"]

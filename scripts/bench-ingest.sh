@@ -12,7 +12,10 @@
 #        sessions-revoked SET each, spread over the run; from each 202 to the user's first 401;
 #   3. the default `serve` with one subscriber: each SET's action also writes a notification, which
 #      the dispatcher delivers to a local `dev webhook-sink`; saturation, and how long until all are delivered;
-#   4. the split deployment: `serve --no-worker` plus one `worker` process, saturation only, against the default.
+#   4. the default `serve` with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT), exporting to a local collector stand-in
+#      (scripts/otlp-receiver.py, with opentelemetry-proto from .build-venv): saturation and CPU per SET against the
+#      default run above, where tracing is off;
+#   5. the split deployment: `serve --no-worker` plus one `worker` process, saturation only, against the default.
 #   scripts/bench-ingest.sh [CONNECTIONS=64] [SECONDS=10] [BURST_USERS=200]
 # RISC_BENCH_PERF=FILE records a system-wide CPU profile of the default saturation run.
 set -euo pipefail
@@ -118,7 +121,28 @@ notify_drain=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
 notified=$(psql -c "SELECT count(*) FILTER (WHERE status = 'delivered') || ' delivered, ' || count(*) FILTER (WHERE status = 'dead') || ' dead, of ' || count(*) FROM risc_notifications")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
-# 4. The split deployment.
+# 4. Tracing on: every span made and exported (swift-otel's defaults, which drop what its queue cannot hold).
+collector_python=${RISC_BENCH_PYTHON:-.build-venv/bin/python3}
+traced=""
+if "$collector_python" -c 'import opentelemetry.proto' 2>/dev/null; then
+  fresh_database risc_traced
+  otlp_port=$(pg_free_port)
+  "$collector_python" scripts/otlp-receiver.py "$otlp_port" "$work/spans.jsonl" >/dev/null 2>>"$work/otlp.log" &
+  pids+=($!)
+  export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$otlp_port
+  start_serve
+  unset OTEL_EXPORTER_OTLP_ENDPOINT
+  warm_up
+  saturate traced "$work/saturation-tokens" "$serve_pid"
+  traced_rate=$(field rate "$result")
+  traced="$traced_rate SETs/s, ratio $(ratio "$traced_rate" "$sat_rate") x the default serve with tracing off (above); p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result")
+                    CPU per SET: server $server_cpu_us us (off: $default_server_us us), PostgreSQL $pg_cpu_us us (off: $default_pg_us us); spans exported: $(wc -l <"$work/spans.jsonl")"
+  kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+else
+  traced="skipped: $collector_python cannot import opentelemetry.proto (scripts/test.sh installs it in .build-venv)"
+fi
+
+# 5. The split deployment.
 fresh_database risc_split
 start_serve --no-worker
 "$bin" worker 2>>"$work/worker.log" &
@@ -147,6 +171,8 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
                     rows stored $notify_rows, server-counted 202s $notify_202s ($(check_rows "$notify_rows" "$notify_202s"))
                     CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
                     notifications: $notified; all delivered ${notify_drain} s after the run
+  default serve with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT to a local collector stand-in; the other OTEL_* variables at their defaults):
+    saturation:     $traced
   split (serve --no-worker + worker):
     saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling, $(ratio "$sat_rate" "$(field rate "$result")") x the default over the split; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
                     rows stored $stored_rows, server-counted 202s $accepted_202s ($(check_rows "$stored_rows" "$accepted_202s"))

@@ -8,16 +8,17 @@ echo "==> PostgreSQL 15 (apt: postgresql), unless installed"
 pg_ensure_installed
 # Validators from PyPI: kubernetes-validate (it ships the schemas) for deploy/, openapi-spec-validator and
 # jsonschema for the admin API's OpenAPI document and live responses, standardwebhooks to check a notification's
-# signature as an app would. In a virtualenv of our own: Debian's
+# signature as an app would, opentelemetry-proto to decode the spans the service exports (scripts/otlp-receiver.py).
+# In a virtualenv of our own: Debian's
 # python3 refuses a system-wide pip install (externally-managed-environment). Its bin/ goes first on PATH, so
 # the tests' `python3` is the one with the validators.
 venv=$PWD/.build-venv
-if ! "$venv/bin/python3" -c 'import kubernetes_validate, yaml, openapi_spec_validator, jsonschema, standardwebhooks' 2>/dev/null; then
-  echo "==> Python validators in $venv (pip: kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks)"
+if ! "$venv/bin/python3" -c 'import kubernetes_validate, yaml, openapi_spec_validator, jsonschema, standardwebhooks, opentelemetry.proto' 2>/dev/null; then
+  echo "==> Python validators in $venv (pip: kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks opentelemetry-proto)"
   python3 -c 'import venv, ensurepip' 2>/dev/null || tools_ensure_installed_package python3-venv
-  python3 -m venv "$venv"
+  [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check \
-    kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks
+    kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks opentelemetry-proto
 fi
 export PATH="$venv/bin:$PATH"
 work=$(mktemp -d /tmp/risc-test.XXXXXX)

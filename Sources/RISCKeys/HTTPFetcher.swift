@@ -31,8 +31,12 @@ extension HTTPClient {
     /// Follows no redirect. For key documents, which decide what is accepted, so that `fetchDocument` can check
     /// every hop (AsyncHTTPClient would follow https to http); and for the OAuth calls, whose bodies hold a client
     /// secret and a refresh token (AsyncHTTPClient keeps the body on a 307 or 308, to wherever it points).
-    static let withoutRedirects = HTTPClient(
-        eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+    /// No spans of AsyncHTTPClient's: they would record URLs, and send a traceparent to Google.
+    static let withoutRedirects: HTTPClient = {
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        configuration.tracing.tracer = nil
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
 
     /// GETs a small JSON document over https (or loopback http), following at most 3 redirects that stay so;
     /// any other answer than 200 is an error.

@@ -16,6 +16,8 @@ public func buildApplication(
     onServerRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let router = Router(context: AppRequestContext.self)
+    // First, so that every line a request logs carries its trace; not at all with tracing off.
+    if TraceContext.isEnabled { router.add(middleware: RequestTracingMiddleware()) }
     _ = Telemetry.registry  // bootstraps swift-metrics before the first metric is recorded
     ServiceMetrics.enforcement(dependencies.enforce)
     OperationsController<AppRequestContext>(

@@ -6,6 +6,7 @@ import RISC
 import RISCKeys
 import RISCMetrics
 import RISCStore
+import Tracing
 
 /// `POST /risc/events`: RFC 8935 push delivery. Verifies the SET, commits it, and only then answers 202.
 public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Sendable {
@@ -42,11 +43,32 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
         }
         // Any Content-Type is accepted; surrounding whitespace from hand-made requests is forgiven.
         let compact = Self.trimmedASCII(body)
+        // The request's span, which the stored event, the commit and the notifications refer back to.
+        let requestTrace = TraceContext.current
 
+        let verified = await TraceContext.span("verify SET") { span -> Result<SecurityEventToken, SETVerifier.Failure> in
+            do throws(SETVerifier.Failure) {
+                let token = try await verifier.verify(compact)
+                span?.updateAttributes { attributes in
+                    attributes["risc.set.kid"] = token.header.kid
+                    attributes["risc.set.jti"] = token.jti
+                    attributes["risc.set.event_types"] = token.events.map(\.typeURI)
+                    attributes["risc.set.outcome"] = "verified"
+                }
+                return .success(token)
+            } catch {
+                switch error {
+                case .rejected(let rejection): span?.attributes["risc.set.outcome"] = rejection.code.rawValue
+                case .keysUnavailable: span?.attributes["risc.set.outcome"] = "keys_unavailable"
+                }
+                return .failure(error)
+            }
+        }
         let token: SecurityEventToken
-        do {
-            token = try await verifier.verify(compact)
-        } catch {
+        switch verified {
+        case .success(let verifiedToken):
+            token = verifiedToken
+        case .failure(let error):
             switch error {
             case .rejected(let rejection):
                 logger.info("Rejected a SET", metadata: ["err": "\(rejection.code.rawValue)", "reason": "\(rejection.text)"])
@@ -60,7 +82,14 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
         let eventType = (token.primaryEvent ?? token.events.first)?.shortName ?? "unknown"
 
         do {
-            let outcome = try await inbox.store(InboundEvent(token: token))
+            var event = InboundEvent(token: token)
+            event.trace = requestTrace
+            let outcome = try await TraceContext.span("store SET") { span in
+                // The wait for the batch's commit; the commit's own span (another trace) links back to the request.
+                let outcome = try await inbox.store(event)
+                span?.attributes["risc.set.outcome"] = outcome == .duplicate ? "duplicate" : "stored"
+                return outcome
+            }
             // Debug, not info: the database keeps the audit trail (each event and every action it took), and
             // `risc_sets_received_total` counts them; a line per SET cost the default `serve` a fifth of its rate.
             logger.debug(

@@ -17,9 +17,13 @@ public struct SessionController<Context: RequestContext, Sessions: SessionStorin
     }
 
     public func addRoutes(to router: Router<Context>) {
-        router.post("/tokensignin") { request, context in try await self.signIn(request, context: context) }
-        router.get("/v1/session") { request, context in try await self.check(request, context: context) }
-        router.delete("/v1/session") { request, context in try await self.signOut(request, context: context) }
+        router.post("/tokensignin") { request, context in try await operationSpan("sign in") { try await self.signIn(request, context: context) } }
+        router.get("/v1/session") { request, context in
+            try await operationSpan("check session") { try await self.check(request, context: context) }
+        }
+        router.delete("/v1/session") { request, context in
+            try await operationSpan("sign out") { try await self.signOut(request, context: context) }
+        }
     }
 
     func signIn(_ request: Request, context: Context) async throws -> Response {

@@ -22,10 +22,14 @@ public struct VaultController<Context: AuthRequestContext<BearerIdentity>, Grant
 
     public func addRoutes(to router: Router<Context>) {
         let group = router.group("/v1/grants").requiringBearer(serviceToken, as: .service)
-        group.post { request, context in try await self.store(request, context: context) }
-        group.post("exchange") { request, context in try await self.exchange(request, context: context) }
-        group.post(":id/token") { request, context in try await self.accessToken(request, context: context) }
-        group.delete(":id") { request, context in try await self.delete(request, context: context) }
+        group.post { request, context in try await operationSpan("vault store") { try await self.store(request, context: context) } }
+        group.post("exchange") { request, context in
+            try await operationSpan("vault exchange") { try await self.exchange(request, context: context) }
+        }
+        group.post(":id/token") { request, context in
+            try await operationSpan("vault access token") { try await self.accessToken(request, context: context) }
+        }
+        group.delete(":id") { request, context in try await operationSpan("vault delete") { try await self.delete(request, context: context) } }
     }
 
     struct StoreRequest: Decodable {

@@ -6,6 +6,7 @@ import RISC
 import RISCMetrics
 import ServiceLifecycle
 import Synchronization
+import Tracing
 
 /// A verified SET, ready to be stored.
 public struct InboundEvent: Sendable {
@@ -23,6 +24,8 @@ public struct InboundEvent: Sendable {
     /// What the SET does, each action with its event's position in the SET; applied on receipt
     /// when the inbox is set to (`EventInbox.Settings.applyOnReceipt`), else by a worker from the stored row.
     public var actions: [(position: Int, action: AccountAction)]
+    /// The span of the request that brought it (tracing on): the commit links to it, and its traceparent is stored.
+    public var trace: ServiceContext?
 
     public init(token: SecurityEventToken) {
         issuer = token.issuer
@@ -176,6 +179,23 @@ public final class EventInbox: Service, Sendable {
     }
 
     private func commit(_ batch: [Pending]) async {
+        guard TraceContext.isEnabled else { return await commit(batch, span: nil) }
+        // A trace of its own, as it serves many requests: linked to each request's span.
+        await withSpan(settings.applyOnReceipt ? "store and apply SETs" : "store SETs", context: .topLevel, ofKind: .client) { span in
+            for pending in batch {
+                if let trace = pending.event.trace { span.addLink(SpanLink(context: trace, attributes: [:])) }
+            }
+            span.updateAttributes { attributes in
+                attributes["db.system.name"] = "postgresql"
+                attributes["db.operation.name"] = "CALL risc_ingest_events"
+                attributes["risc.batch.size"] = batch.count
+                attributes["risc.mode"] = settings.enforce ? "enforce" : "shadow"
+            }
+            await commit(batch, span: span)
+        }
+    }
+
+    private func commit(_ batch: [Pending], span: (any Span)?) async {
         do {
             // Bounded by the earliest caller's deadline; on the bound, the connection is closed, not left leased.
             let deadline = batch.map(\.deadline).min() ?? .now + settings.commitTimeout
@@ -184,7 +204,8 @@ public final class EventInbox: Service, Sendable {
                 try await self.insert(events, on: connection)
             }
             if let applied {
-                ServiceMetrics.actionsApplied(applied, enforced: settings.enforce)
+                span?.record(applied)
+                ServiceMetrics.actionsApplied(applied.totals, enforced: settings.enforce)
                 if settings.enforce { settings.onApplied?(batch.flatMap { $0.event.actions.compactMap(\.action.sub) }) }
             }
             for pending in batch {
@@ -204,6 +225,7 @@ public final class EventInbox: Service, Sendable {
                 for pending in batch { group.addTask { await self.commit([pending]) } }
             }
         } catch {
+            span?.setStatus(.init(code: .error))
             logger.error("Could not commit SETs", metadata: ["count": "\(batch.count)", "error": "\(DatabaseErrors.describe(error))"])
             for pending in batch { pending.continuation.resume(throwing: Failure.unavailable) }
         }
@@ -220,17 +242,19 @@ public final class EventInbox: Service, Sendable {
     /// Not a plain INSERT: an implicit transaction commits at Sync, after the rows have been delivered, and
     /// an explicit BEGIN … COMMIT costs two more round trips per batch. The procedure commits before it
     /// answers, so a returned CALL means the batch is durable.
-    private func insert(_ events: [InboundEvent], on connection: PostgresConnection) async throws -> (stored: Set<EventKey>, applied: ActionTotals?) {
+    private func insert(_ events: [InboundEvent], on connection: PostgresConnection) async throws -> (stored: Set<EventKey>, applied: AppliedActions?) {
         var stored = Set<EventKey>()
-        var applied: ActionTotals?
-        for try await (positions, kinds, actions, rows) in try await connection.execute(
+        var applied: AppliedActions?
+        for try await (positions, kinds, actions, rows, eventIDs) in try await connection.execute(
             StoreEvents(events, apply: settings.applyOnReceipt, enforce: settings.enforce), logger: logger)
         {
             for position in positions ?? [] where position >= 1 && position <= events.count {
                 let event = events[Int(position) - 1]
                 stored.insert(EventKey(issuer: event.issuer, jti: event.jti))
             }
-            if let kinds, let actions, let rows { applied = ActionTotals(kinds: kinds, actions: actions, rows: rows) }
+            if let kinds, let actions, let rows, let eventIDs {
+                applied = AppliedActions(events: eventIDs, kinds: kinds, actions: actions, rows: rows)
+            }
         }
         return (stored, applied)
     }
@@ -242,11 +266,11 @@ public final class EventInbox: Service, Sendable {
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
         CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
-                                $9::jsonb, $10::bool, NULL, NULL, NULL, NULL, $11::bool)
+                                $9::jsonb, $10::bool, NULL, NULL, NULL, NULL, NULL, $11::bool, $12::text[])
         """
     /// The new rows' places in the batch; then, if applied on receipt, each action kind recorded with its number of
     /// actions and the rows they changed.
-    typealias Row = (stored: [Int64]?, kinds: [String]?, actions: [Int64]?, rows: [Int64]?)
+    typealias Row = (stored: [Int64]?, kinds: [String]?, actions: [Int64]?, rows: [Int64]?, events: [Int64]?)
 
     let events: [InboundEvent]
     let apply: Bool
@@ -259,7 +283,7 @@ private struct StoreEvents: PostgresPreparedStatement {
     }
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 11)
+        var bindings = PostgresBindings(capacity: 12)
         bindings.append(events.map(\.issuer))
         bindings.append(events.map(\.jti))
         bindings.append(events.map { JSONValue.array($0.eventTypes.map(JSONValue.string)).serialized })
@@ -278,10 +302,16 @@ private struct StoreEvents: PostgresPreparedStatement {
         bindings.append(actions.json)
         bindings.append(apply)
         bindings.append(enforce)
+        // Tracing off: no request has a span, and NULL is sent (an empty string is one without).
+        if TraceContext.isEnabled {
+            bindings.append(events.map { TraceContext.traceparent(of: $0.trace) ?? "" })
+        } else {
+            bindings.appendNull()
+        }
         return bindings
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        try row.decode(([Int64]?, [String]?, [Int64]?, [Int64]?).self)
+        try row.decode(([Int64]?, [String]?, [Int64]?, [Int64]?, [Int64]?).self)
     }
 }

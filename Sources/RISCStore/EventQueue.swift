@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import RISC
+import Tracing
 
 /// The worker's side of `risc_events`, and every status change after ingest (`EventStatus`).
 /// One batch, top to bottom, in one transaction:
@@ -62,6 +63,8 @@ public struct EventQueue: Sendable {
     struct Claimed {
         var id: Int64
         var attempts: Int
+        /// The request that stored it, when it was traced.
+        var traceparent: String?
         /// Each action with the position of its event in the SET.
         var actions: Result<[(position: Int, action: AccountAction)], Failure>
     }
@@ -107,20 +110,23 @@ public struct EventQueue: Sendable {
         if let id {
             rows = try await connection.query(
                 """
-                SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null') FROM risc_events
+                SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null'), traceparent FROM risc_events
                 WHERE id = \(id) AND status = ANY(\(EventStatus.waiting)) FOR UPDATE SKIP LOCKED
                 """, logger: logger)
         } else {
             rows = try await connection.query(
                 """
-                SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null') FROM risc_events
+                SELECT id, events::text, attempts, coalesce((claims->'aud')::text, 'null'), traceparent FROM risc_events
                 WHERE status = ANY(\(EventStatus.waiting)) AND run_after <= now()
                 ORDER BY run_after, id LIMIT \(limit) FOR UPDATE SKIP LOCKED
                 """, logger: logger)
         }
         var claimed: [Claimed] = []
-        for try await (id, eventsJSON, attempts, audienceJSON) in rows.decode((Int64, String, Int32, String).self) {
-            claimed.append(Claimed(id: id, attempts: Int(attempts), actions: Self.decide(eventsJSON: eventsJSON, audienceJSON: audienceJSON)))
+        for try await (id, eventsJSON, attempts, audienceJSON, traceparent) in rows.decode((Int64, String, Int32, String, String?).self) {
+            claimed.append(
+                Claimed(
+                    id: id, attempts: Int(attempts), traceparent: traceparent,
+                    actions: Self.decide(eventsJSON: eventsJSON, audienceJSON: audienceJSON)))
         }
         return claimed
     }
@@ -144,6 +150,23 @@ public struct EventQueue: Sendable {
 
     /// Applies every decodable event's actions in one call, and schedules the others for retry.
     private func apply(_ claimed: [Claimed], on connection: PostgresConnection) async throws -> BatchResult {
+        guard TraceContext.isEnabled, !claimed.isEmpty else { return try await apply(claimed, on: connection, span: nil) }
+        // A trace of its own, as it serves events stored earlier: linked to each one's request.
+        return try await withSpan("apply events", context: .topLevel, ofKind: .consumer) { span in
+            for event in claimed {
+                if let link = TraceContext.link(traceparent: event.traceparent) { span.addLink(link) }
+            }
+            span.updateAttributes { attributes in
+                attributes["db.system.name"] = "postgresql"
+                attributes["db.operation.name"] = "SELECT risc_apply_actions"
+                attributes["risc.batch.size"] = claimed.count
+                attributes["risc.mode"] = enforce ? "enforce" : "shadow"
+            }
+            return try await apply(claimed, on: connection, span: span)
+        }
+    }
+
+    private func apply(_ claimed: [Claimed], on connection: PostgresConnection, span: (any Span)?) async throws -> BatchResult {
         var result = BatchResult()
         result.claimed = claimed.count
         guard !claimed.isEmpty else { return result }
@@ -162,16 +185,21 @@ public struct EventQueue: Sendable {
         }
         // The function sorts the actions by user (every worker then takes users' locks in one order), applies
         // them, marks the events done, and says what they changed, for the metrics (counted once it commits).
-        var kinds: [String] = [], counts: [Int64] = [], rows: [Int64] = []
-        for try await (kind, recorded, changed) in try await connection.query(
-            "SELECT kind, actions_recorded, rows_changed FROM risc_apply_actions(\(actions.json)::jsonb, NULL, \(done), \(enforce))", logger: logger
-        ).decode((String, Int64, Int64).self) {
-            kinds.append(kind)
-            counts.append(recorded)
-            rows.append(changed)
+        var applied = AppliedActions(events: [], kinds: [], actions: [], rows: [])
+        for try await (event, kind, recorded, changed) in try await connection.query(
+            """
+            SELECT applied_event, kind, actions_recorded, rows_changed
+            FROM risc_apply_actions(\(actions.json)::jsonb, NULL, \(done), \(enforce))
+            """, logger: logger
+        ).decode((Int64, String, Int64, Int64).self) {
+            applied.events.append(event)
+            applied.kinds.append(kind)
+            applied.actions.append(recorded)
+            applied.rows.append(changed)
         }
+        span?.record(applied)
         result.done = done.count
-        result.totals = ActionTotals(kinds: kinds, actions: counts, rows: rows)
+        result.totals = applied.totals
         return result
     }
 

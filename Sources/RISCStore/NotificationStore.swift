@@ -367,6 +367,8 @@ public struct NotificationStore: Sendable {
         /// A secret rotated out less than 24 hours ago, which signs too.
         public let previousSecret: String?
         public let secretProblem: String?
+        /// The trace of the request that stored the notification's event (tracing on), which the delivery continues.
+        public let traceparent: String?
     }
 
     /// The subscribers' ids, for the dispatcher's claims one subscriber at a time.
@@ -388,10 +390,10 @@ public struct NotificationStore: Sendable {
             let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
             var claimed: [Delivery] = []
             for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                keyID, previousSealed, previousKeyID)
+                keyID, previousSealed, previousKeyID, traceparent)
                 in rows.decode(
                     (Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                     String?).self)
+                     String?, String?).self)
             {
                 var (secret, previous, problem): (String?, String?, String?) = (clear, nil, nil)
                 if let sealed {
@@ -409,7 +411,7 @@ public struct NotificationStore: Sendable {
                 claimed.append(
                     Delivery(
                         id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
-                        url: url, secret: secret, previousSecret: previous, secretProblem: problem))
+                        url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent))
             }
             return claimed.sorted { $0.id < $1.id }
         }
@@ -438,7 +440,8 @@ public struct NotificationStore: Sendable {
             WHERE n.id = due.id AND s.id = n.subscriber_id
             RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
                       n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
-                      CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id
+                      CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
+                      n.traceparent
             """
     }
 

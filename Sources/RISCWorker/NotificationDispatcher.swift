@@ -8,6 +8,7 @@ import RISCMetrics
 import RISCStore
 import ServiceLifecycle
 import Synchronization
+import Tracing
 
 /// Delivers the notification outbox to subscribers: Standard Webhooks `POST`s, at least once.
 /// Woken by `NOTIFY risc_notifications` when actions commit, and by a poll (retries coming due, a lost
@@ -70,6 +71,8 @@ public final class NotificationDispatcher: Service, Sendable {
     public func run() async throws {
         // No redirects: a subscriber's URL was checked (https, or loopback), where it redirects to was not.
         var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        // The delivery's span is ours (AsyncHTTPClient's would record the URL, which may hold a credential).
+        configuration.tracing.tracer = nil
         configuration.timeout = .init(connect: .seconds(Int64(settings.timeout.components.seconds)))
         if let configured = settings.configuredSubscribers {
             await syncConfiguredSubscribers(configured)
@@ -208,6 +211,26 @@ public final class NotificationDispatcher: Service, Sendable {
     /// One attempt: sign, send, record the outcome (a delivery later, with others). Any 2xx is delivered; anything
     /// else, or no answer in time, is retried with backoff or, after the last attempt, dead.
     func deliver(_ delivery: NotificationStore.Delivery) async {
+        guard TraceContext.isEnabled else { return await deliver(delivery, span: nil) }
+        // A client span in the trace of the request that stored the event; the request carries its traceparent, so
+        // the subscriber's service continues that trace. Ids and the kind only: never the URL, which may hold a
+        // credential, nor the user.
+        let parent = TraceContext.context(traceparent: delivery.traceparent) ?? .topLevel
+        await withSpan("deliver notification", context: parent, ofKind: .client) { span in
+            span.updateAttributes { attributes in
+                attributes["http.request.method"] = "POST"
+                attributes["risc.notification.id"] = delivery.id
+                attributes["risc.subscriber.id"] = delivery.subscriberID
+                attributes["risc.event.id"] = delivery.notification.eventID
+                attributes["risc.event.jti"] = delivery.notification.jti
+                attributes["risc.action.kind"] = delivery.notification.kind
+                attributes["risc.delivery.attempt"] = delivery.attempt
+            }
+            await deliver(delivery, span: span)
+        }
+    }
+
+    private func deliver(_ delivery: NotificationStore.Delivery, span: (any Span)?) async {
         let metadata: Logger.Metadata = [
             "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
             "attempt": "\(delivery.attempt)",
@@ -232,6 +255,7 @@ public final class NotificationDispatcher: Service, Sendable {
             request.method = .POST
             request.headers.add(name: "Content-Type", value: "application/json")
             request.headers.add(name: "User-Agent", value: "risc-receiver")
+            if let traceparent = TraceContext.traceparent(of: span?.context) { request.headers.add(name: "traceparent", value: traceparent) }
             for (name, value) in StandardWebhook.headers(
                 id: delivery.webhookID, timestamp: Int64(Date().timeIntervalSince1970), body: body, keys: keys)
             {
@@ -243,6 +267,8 @@ public final class NotificationDispatcher: Service, Sendable {
             failure = "the subscriber's secret is not a whsec_ secret"
         }
         ServiceMetrics.notificationDuration(ContinuousClock.now - started)
+        span?.attributes["risc.delivery.outcome"] = failure == nil ? "delivered" : "failed"
+        if failure != nil { span?.setStatus(.init(code: .error)) }
         do {
             guard let failure else {
                 delivered.withLock { $0.append((delivery.id, delivery.attempt)) }  // recorded by the loop, with others

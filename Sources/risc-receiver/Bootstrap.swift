@@ -28,20 +28,24 @@ enum Bootstrap {
         return logger(label, level: level, format: format)
     }
 
-    /// Sets up logging (once per process, as swift-log allows) and returns the command's logger.
+    /// Sets up logging (once per process, as swift-log allows) and returns the command's logger. With tracing on,
+    /// each line written inside a span carries its `trace_id` and `span_id`.
     static func logger(_ label: String, level: Logger.Level, format: LogFormat) -> Logger {
-        LoggingSystem.bootstrap { label in
-            switch format {
-            case .json:
-                var handler = JSONLogHandler(label: label)
-                handler.logLevel = level
-                return handler
-            case .text:
-                var handler = TextLogHandler(label: label)
-                handler.logLevel = level
-                return handler
-            }
-        }
+        LoggingSystem.bootstrap(
+            { label, provider in
+                switch format {
+                case .json:
+                    var handler = JSONLogHandler(label: label)
+                    handler.logLevel = level
+                    handler.metadataProvider = provider
+                    return handler
+                case .text:
+                    var handler = TextLogHandler(label: label)
+                    handler.logLevel = level
+                    handler.metadataProvider = provider
+                    return handler
+                }
+            }, metadataProvider: TraceExport.isRequested ? TraceExport.logMetadata : nil)
         return Logger(label: label)
     }
 

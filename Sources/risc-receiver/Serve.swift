@@ -47,6 +47,8 @@ struct Serve: AsyncParsableCommand {
             throw Bootstrap.fail(Self.cannotListen(errno: errno, host: configuration.host, port: configuration.port))
         }
         let logger = Bootstrap.logger("risc-receiver", level: configuration.logLevel, format: configuration.logFormat)
+        // Before anything makes spans or HTTP clients.
+        let tracing = try TraceExport.start(logger: logger)
         // With its worker, this process also applies each new event as it stores it; with --no-worker, workers do.
         var inboxSettings = EventInbox.Settings()
         inboxSettings.applyOnReceipt = !noWorker
@@ -76,7 +78,8 @@ struct Serve: AsyncParsableCommand {
         // pool closes; whatever still runs after RISC_SHUTDOWN_TIMEOUT (a stalled client, say) is cancelled.
         do {
             try await Bootstrap.runUntilSignalled(
-                [.init(service: app)], shutdownTimeout: configuration.worker.shutdownTimeoutSeconds, logger: logger)
+                (tracing.map { [.init(service: $0)] } ?? []) + [.init(service: app)], shutdownTimeout: configuration.worker.shutdownTimeoutSeconds,
+                logger: logger)
         } catch let error as IOError where [EADDRINUSE, EACCES, EADDRNOTAVAIL].contains(error.errnoCode) {
             // Taken between the check and the server's own bind.
             throw Bootstrap.fail(Self.cannotListen(errno: error.errnoCode, host: configuration.host, port: configuration.port))
@@ -161,12 +164,14 @@ struct Worker: AsyncParsableCommand {
             try WorkerConfiguration(reader: reader)
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
+        let tracing = try TraceExport.start(logger: logger)
         let postgres = PostgresClient(
             configuration: try DatabaseURL.configuration(from: configuration.databaseURL), backgroundLogger: DatabaseURL.poolLogger(logger))
         var factory = BackgroundServices(configuration)
         factory.worker.batchSize = batchSize
         factory.worker.concurrency = concurrency
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: postgres)]
+        // The exporter first: it stops last, and flushes the spans of the shutdown.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = (tracing.map { [.init(service: $0)] } ?? []) + [.init(service: postgres)]
         if let metricsPort {
             services.append(.init(service: buildMetricsApplication(host: metricsHost, port: metricsPort, postgres: postgres, logger: logger)))
         }

@@ -22,6 +22,8 @@ final class TestSubscriber: Sendable {
         var signature: String
         var body: String
         var verified: Bool
+        /// The W3C trace context the delivery carried (with tracing on).
+        var traceparent: String? = nil
         var json: JSONValue { (try? JSONValue.parse(Data(body.utf8))) ?? .null }
         var sub: String? { json["sub"]?.stringValue }
     }
@@ -69,7 +71,8 @@ final class TestSubscriber: Sendable {
             let signature = header("webhook-signature")
             let delivery = Delivery(
                 webhookID: id, timestamp: timestamp, signature: signature, body: bytes,
-                verified: self.verify(id: id, timestamp: timestamp, signature: signature, body: bytes))
+                verified: self.verify(id: id, timestamp: timestamp, signature: signature, body: bytes),
+                traceparent: request.headers.first { $0.name.canonicalName == "traceparent" }?.value)
             let count = self.received.withLock { received in
                 received.append(delivery)
                 return received.filter { $0.webhookID == id }.count

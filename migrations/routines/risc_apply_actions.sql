@@ -1,6 +1,6 @@
 -- Carries out a batch of actions, records each with the number of rows it changed, and marks `done_events` done,
--- all in the caller's transaction; returns, per action kind recorded, the number of actions and the rows they
--- changed (for the metrics). The code decides each event's actions (AccountAction); these rules are decided here,
+-- all in the caller's transaction; returns, per event and action kind recorded, the number of actions and the rows
+-- they changed (for the metrics, and the spans of traces). The code decides each event's actions (AccountAction); these rules are decided here,
 -- against the rows as they are:
 -- - staleness: an account-state change older than the account state (by iat, then arrival, then place in the
 --   SET) changes nothing, and is recorded as skipped;
@@ -22,11 +22,12 @@
 -- they are: an earlier shadow action changed nothing for a later one to see.
 -- A user's rows, grants included, are only changed under that user's lock, so no two batches, and no batch and
 -- sign-in, can wait on each other in a cycle. The actions then run sorted by user.
--- The signature before shadow mode: a second overload would make a call with three arguments ambiguous.
+-- Earlier signatures and results: a second overload would make a call ambiguous, and a result cannot be replaced.
 DROP FUNCTION IF EXISTS risc_apply_actions(jsonb, bigint[], bigint[]);
+DROP FUNCTION IF EXISTS risc_apply_actions(jsonb, bigint[], bigint[], boolean);
 CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}',
                                               enforce boolean DEFAULT true)
-RETURNS TABLE (kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
+RETURNS TABLE (applied_event bigint, kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
 DECLARE
     a           record;
     event_id    bigint;
@@ -204,8 +205,8 @@ BEGIN
      WHERE id = ANY (done_events) AND status IN ('pending', 'retry');
 
     RETURN QUERY
-        SELECT o.kind, count(*)::int8, sum(o.n)::int8
-          FROM unnest(out_kinds, out_counts) AS o(kind, n)
-         GROUP BY o.kind;
+        SELECT o.event_id, o.kind, count(*)::int8, sum(o.n)::int8
+          FROM unnest(out_events, out_kinds, out_counts) AS o(event_id, kind, n)
+         GROUP BY o.event_id, o.kind;
 END
 $$;

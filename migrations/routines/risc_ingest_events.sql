@@ -9,9 +9,11 @@
 -- nothing. `stored` returns the 1-based places of the SETs that were new (NULL when all were
 -- duplicates); the applied_* arrays say, per action kind, how many actions were recorded and how many rows they
 -- changed (NULL when nothing was applied), for the metrics.
--- The signature before shadow mode: a second overload would make a CALL with fourteen arguments ambiguous.
+-- Earlier signatures: a second overload would make a CALL ambiguous.
 DROP PROCEDURE IF EXISTS risc_ingest_events(text[], text[], text[], text[], text[], text[], float8[], text[], jsonb, boolean,
                                             bigint[], text[], bigint[], bigint[]);
+DROP PROCEDURE IF EXISTS risc_ingest_events(text[], text[], text[], text[], text[], text[], float8[], text[], jsonb, boolean,
+                                            bigint[], text[], bigint[], bigint[], boolean);
 CREATE OR REPLACE PROCEDURE risc_ingest_events(
     issuers text[], jtis text[], types text[], subs text[], events text[], claims text[], iats float8[],
     statuses text[],
@@ -23,7 +25,11 @@ CREATE OR REPLACE PROCEDURE risc_ingest_events(
     -- changed in all.
     INOUT applied_kinds text[] DEFAULT NULL, INOUT applied_actions bigint[] DEFAULT NULL,
     INOUT applied_rows bigint[] DEFAULT NULL,
-    enforce boolean DEFAULT true)
+    -- The event each of those belongs to: the arrays hold one element per event and kind.
+    INOUT applied_events bigint[] DEFAULT NULL,
+    enforce boolean DEFAULT true,
+    -- Each SET's request's W3C traceparent (tracing on), stored with its event.
+    traceparents text[] DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
     new_rows bigint[];
@@ -33,19 +39,20 @@ BEGIN
     applied_kinds := NULL;
     applied_actions := NULL;
     applied_rows := NULL;
+    applied_events := NULL;
     IF apply THEN
         BEGIN
             -- Each batch row's new event id, NULL for a SET already stored (its actions are not applied again).
             WITH new AS (
-                SELECT batch_index, event_id FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true, NOT enforce)
+                SELECT batch_index, event_id FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true, NOT enforce, traceparents)
             )
             SELECT (SELECT array_agg(batch_index) FROM new),
                    (SELECT array_agg(new.event_id ORDER BY b.i)
                       FROM generate_series(1, cardinality(issuers)) AS b(i) LEFT JOIN new ON new.batch_index = b.i)
               INTO new_rows, row_ids;
             SELECT coalesce(array_agg(t.kind), '{}'), coalesce(array_agg(t.actions_recorded), '{}'),
-                   coalesce(array_agg(t.rows_changed), '{}')
-              INTO applied_kinds, applied_actions, applied_rows
+                   coalesce(array_agg(t.rows_changed), '{}'), coalesce(array_agg(t.applied_event), '{}')
+              INTO applied_kinds, applied_actions, applied_rows, applied_events
               FROM risc_apply_actions(actions, coalesce(row_ids, '{}'), '{}', enforce) AS t;
             applied := true;
         EXCEPTION WHEN OTHERS THEN
@@ -54,11 +61,12 @@ BEGIN
             applied_kinds := NULL;
             applied_actions := NULL;
             applied_rows := NULL;
+            applied_events := NULL;
         END;
     END IF;
     IF NOT applied THEN
         SELECT array_agg(batch_index) INTO new_rows
-          FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, false);
+          FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, false, false, traceparents);
     END IF;
     stored := new_rows;
     COMMIT;

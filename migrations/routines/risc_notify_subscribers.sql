@@ -7,9 +7,11 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM risc_subscribers) THEN
         RETURN NULL;
     END IF;
-    INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
+    -- The event's traceparent (tracing on): the delivery continues the trace of the request that stored it.
+    INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at,
+                                    traceparent)
     SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[coalesce(a.event_position, 0) + 1], ''),
-           a.applied_at
+           a.applied_at, e.traceparent
       FROM recorded_actions a
       JOIN risc_events e ON e.id = a.event_id
       JOIN risc_subscribers s ON s.actions IS NULL OR a.kind = ANY (s.actions)
