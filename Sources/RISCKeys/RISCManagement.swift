@@ -91,11 +91,18 @@ public struct RISCManagement: Sendable {
     let key: ServiceAccountKey
     let httpClient: HTTPClient
 
-    public init(baseURL: String = Self.defaultBaseURL, key: ServiceAccountKey, httpClient: HTTPClient = .shared) {
+    public init(baseURL: String = Self.defaultBaseURL, key: ServiceAccountKey, httpClient: HTTPClient? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.key = key
-        self.httpClient = httpClient
+        self.httpClient = httpClient ?? Self.untraced
     }
+
+    /// `.shared`'s settings without AsyncHTTPClient's spans, which would send a traceparent to Google.
+    static let untraced: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.tracing.tracer = nil
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
 
     public func stream() async throws(Failure) -> JSONValue {
         try await call(.GET, "/stream")

@@ -187,7 +187,7 @@ public final class EventInbox: Service, Sendable {
             }
             span.updateAttributes { attributes in
                 attributes["db.system.name"] = "postgresql"
-                attributes["db.operation.name"] = "CALL risc_ingest_events"
+                attributes["db.operation.name"] = "CALL risc_ingest_batch"
                 attributes["risc.batch.size"] = batch.count
                 attributes["risc.mode"] = settings.enforce ? "enforce" : "shadow"
             }
@@ -265,7 +265,7 @@ public final class EventInbox: Service, Sendable {
 /// procedure; their actions as one JSON array (`ActionBatch`), each naming the 1-based place of its SET.
 private struct StoreEvents: PostgresPreparedStatement {
     static let sql = """
-        CALL risc_ingest_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
+        CALL risc_ingest_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::float8[], $8::text[],
                                 $9::jsonb, $10::bool, NULL, NULL, NULL, NULL, NULL, $11::bool, $12::text[])
         """
     /// The new rows' places in the batch; then, if applied on receipt, each action kind recorded with its number of

@@ -272,17 +272,16 @@ public struct EventQueue: Sendable {
     /// run as shadow actions, which change nothing, in a transaction that is rolled back. Nil for no such event;
     /// no actions for an event of no known type.
     public func explain(id: Int64) async throws -> EventExplanation? {
-        try await bounded { connection in
-            try await connection.query("BEGIN", logger: logger)
-            do {
-                let explanation = try await self.explain(id: id, on: connection)
-                try await connection.query("ROLLBACK", logger: logger)
-                return explanation
-            } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
-                throw error
+        // The answer leaves the transaction as its error, so that postgres-nio rolls it back.
+        struct Explained: Error { var explanation: EventExplanation? }
+        do {
+            try await client.transaction(timeout: timeout, logger: logger) { connection in
+                throw Explained(explanation: try await self.explain(id: id, on: connection))
             }
+        } catch let explained as Explained {
+            return explained.explanation
         }
+        return nil
     }
 
     private func explain(id: Int64, on connection: PostgresConnection) async throws -> EventExplanation? {
@@ -297,17 +296,12 @@ public struct EventQueue: Sendable {
         var actions = ActionBatch()
         for (position, action) in try decided.get() { actions.append(event: id, position: position, action) }
         guard !actions.isEmpty else { return explanation }
-        // The rows this transaction records are those after the last action id it can see.
-        var before: Int64 = 0
-        for try await last in try await connection.query("SELECT coalesce(max(id), 0)::int8 FROM risc_event_actions", logger: logger)
-            .decode(Int64.self)
-        {
-            before = last
-        }
         try await connection.query("SELECT count(*) FROM risc_apply_actions(\(actions.json)::jsonb, NULL, '{}', false)", logger: logger)
+        // Only the rows this transaction wrote: a worker may record the same event's actions meanwhile.
         for try await (kind, sub, detail, count) in try await connection.query(
             """
-            SELECT kind, sub, detail, rows_affected FROM risc_event_actions WHERE event_id = \(id) AND id > \(before) ORDER BY id
+            SELECT kind, sub, detail, rows_affected FROM risc_event_actions
+            WHERE event_id = \(id) AND xmin = pg_current_xact_id()::xid ORDER BY id
             """, logger: logger
         ).decode((ActionKind, String?, String?, Int32).self) {
             // A shadow action's detail says "would be"; a replay in enforcing mode would say it happened.
@@ -330,7 +324,7 @@ public struct EventQueue: Sendable {
                     WITH page AS (
                         SELECT id FROM risc_events
                         WHERE shadow AND status = \(EventStatus.done) AND received_at >= \(since) AND id > \(after)
-                        ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED
+                        ORDER BY id LIMIT 1000 FOR UPDATE
                     )
                     UPDATE risc_events e
                     SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL

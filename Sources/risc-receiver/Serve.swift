@@ -47,7 +47,7 @@ struct Serve: AsyncParsableCommand {
             throw Bootstrap.fail(Self.cannotListen(errno: errno, host: configuration.host, port: configuration.port))
         }
         let logger = Bootstrap.logger("risc-receiver", level: configuration.logLevel, format: configuration.logFormat)
-        // Before anything makes spans or HTTP clients.
+        // Before anything makes spans. (The HTTP clients turn AsyncHTTPClient's spans off themselves.)
         let tracing = try TraceExport.start(logger: logger)
         // With its worker, this process also applies each new event as it stores it; with --no-worker, workers do.
         var inboxSettings = EventInbox.Settings()

@@ -286,6 +286,17 @@ struct CommandTests {
             #expect(jtis == ["before", "after"])
             // Nothing changed since: nothing is applied again.
             #expect(try await next.migrate(client: database.client, logger: logger).isEmpty)
+            // What earlier releases prepare stays as it was: what the procedure takes and returns (the service now
+            // calls risc_ingest_batch). Changing either would fail their prepared CALL mid-rollout.
+            let shape = try await database.client.query(
+                "SELECT pg_get_function_identity_arguments(oid) FROM pg_proc WHERE proname = 'risc_ingest_events'", logger: logger
+            ).collect().map { try $0.decode(String.self) }
+            #expect(
+                shape == [
+                    "IN issuers text[], IN jtis text[], IN types text[], IN subs text[], IN events text[], IN claims text[], "
+                        + "IN iats double precision[], IN statuses text[], IN actions jsonb, IN apply boolean, INOUT stored bigint[], "
+                        + "INOUT applied_kinds text[], INOUT applied_actions bigint[], INOUT applied_rows bigint[]"
+                ])
         }
     }
 

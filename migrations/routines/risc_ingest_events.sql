@@ -1,74 +1,19 @@
--- Stores a batch of SETs and commits before returning, in one round trip. Over the extended protocol PostgreSQL
--- commits an implicit transaction at Sync, after the rows have been returned, so a client reading the rows could
--- not tell whether the commit succeeded; a procedure called at top level may COMMIT itself: when CALL answers,
--- the batch is durable (or the call failed).
--- With `apply` (serve with its worker, the default), the new events' actions are applied in the same
--- transaction, so a revocation is committed before the 202 and the event is written once, as done. If applying
--- fails, the batch is stored pending instead, for a worker to retry; without `apply` (serve --no-worker) it is
--- always stored pending. Without `enforce` (shadow mode), the actions are recorded as shadow actions and change
--- nothing. `stored` returns the 1-based places of the SETs that were new (NULL when all were
--- duplicates); the applied_* arrays say, per action kind, how many actions were recorded and how many rows they
--- changed (NULL when nothing was applied), for the metrics.
--- Earlier signatures: a second overload would make a CALL ambiguous.
-DROP PROCEDURE IF EXISTS risc_ingest_events(text[], text[], text[], text[], text[], text[], float8[], text[], jsonb, boolean,
-                                            bigint[], text[], bigint[], bigint[]);
-DROP PROCEDURE IF EXISTS risc_ingest_events(text[], text[], text[], text[], text[], text[], float8[], text[], jsonb, boolean,
-                                            bigint[], text[], bigint[], bigint[], boolean);
+-- The procedure binaries of an earlier release call; the service now calls risc_ingest_batch, which takes shadow
+-- mode and trace contexts besides, and returns each event's actions apart. This one stays exactly as it was in
+-- what it takes and returns: a CALL prepared on an older `serve`'s connections must still answer while an upgrade
+-- rolls out. It passes its calls on, enforcing and untraced, as those binaries expect; its applied_* arrays may
+-- name a kind more than once (once per event), which they add up.
 CREATE OR REPLACE PROCEDURE risc_ingest_events(
     issuers text[], jtis text[], types text[], subs text[], events text[], claims text[], iats float8[],
-    statuses text[],
-    -- The batch's actions, as risc_apply_actions takes them, with `event` the 1-based place of the action's SET
-    -- in the batch.
-    actions jsonb, apply boolean,
+    statuses text[], actions jsonb, apply boolean,
     INOUT stored bigint[] DEFAULT NULL,
-    -- Of the events applied on receipt: each action kind recorded, its number of actions, and the rows they
-    -- changed in all.
     INOUT applied_kinds text[] DEFAULT NULL, INOUT applied_actions bigint[] DEFAULT NULL,
-    INOUT applied_rows bigint[] DEFAULT NULL,
-    -- The event each of those belongs to: the arrays hold one element per event and kind.
-    INOUT applied_events bigint[] DEFAULT NULL,
-    enforce boolean DEFAULT true,
-    -- Each SET's request's W3C traceparent (tracing on), stored with its event.
-    traceparents text[] DEFAULT NULL)
+    INOUT applied_rows bigint[] DEFAULT NULL)
 LANGUAGE plpgsql AS $$
 DECLARE
-    new_rows bigint[];
-    row_ids  bigint[];
-    applied  boolean := false;
+    applied_events bigint[];
 BEGIN
-    applied_kinds := NULL;
-    applied_actions := NULL;
-    applied_rows := NULL;
-    applied_events := NULL;
-    IF apply THEN
-        BEGIN
-            -- Each batch row's new event id, NULL for a SET already stored (its actions are not applied again).
-            WITH new AS (
-                SELECT batch_index, event_id FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true, NOT enforce, traceparents)
-            )
-            SELECT (SELECT array_agg(batch_index) FROM new),
-                   (SELECT array_agg(new.event_id ORDER BY b.i)
-                      FROM generate_series(1, cardinality(issuers)) AS b(i) LEFT JOIN new ON new.batch_index = b.i)
-              INTO new_rows, row_ids;
-            SELECT coalesce(array_agg(t.kind), '{}'), coalesce(array_agg(t.actions_recorded), '{}'),
-                   coalesce(array_agg(t.rows_changed), '{}'), coalesce(array_agg(t.applied_event), '{}')
-              INTO applied_kinds, applied_actions, applied_rows, applied_events
-              FROM risc_apply_actions(actions, coalesce(row_ids, '{}'), '{}', enforce) AS t;
-            applied := true;
-        EXCEPTION WHEN OTHERS THEN
-            -- One failing action must not cost the batch its storage: it is stored pending, for a worker.
-            RAISE WARNING 'applying a batch on receipt failed, stored for the worker: %', SQLERRM;
-            applied_kinds := NULL;
-            applied_actions := NULL;
-            applied_rows := NULL;
-            applied_events := NULL;
-        END;
-    END IF;
-    IF NOT applied THEN
-        SELECT array_agg(batch_index) INTO new_rows
-          FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, false, false, traceparents);
-    END IF;
-    stored := new_rows;
-    COMMIT;
+    CALL risc_ingest_batch(issuers, jtis, types, subs, events, claims, iats, statuses, actions, apply,
+                           stored, applied_kinds, applied_actions, applied_rows, applied_events);
 END
 $$;
