@@ -45,6 +45,10 @@ export RISC_TEST_OUTAGE_STOP="$(declare -f pg_bin pg_as_owner pg_stop); pg_stop 
 export RISC_TEST_PG_BIN="$(pg_bin)"
 export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_start '$work/outage' $outage_port"
 
+# SwiftPM orders a package's trait flags as a Set iterates, which differs from one process to the next unless
+# hashing is deterministic: swift-protobuf (two default traits, through swift-otel) was then recompiled by
+# every other build plan. Set for SwiftPM here, so that its plans agree and the check below holds.
+export SWIFT_DETERMINISTIC_HASHING=1
 echo "==> swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
 swift build --build-tests
 echo "==> swift test"
