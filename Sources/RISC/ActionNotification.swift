@@ -14,23 +14,30 @@ public struct ActionNotification: Sendable, Equatable {
     public var jti: String
     /// The event type URI of the SET that caused it.
     public var eventType: String
+    /// The SET's `iat`, so a subscriber can order what it hears by when it happened; nil only for a notification
+    /// written before the service recorded it, and delivered since.
+    public var issuedAt: Date?
     public var occurredAt: Date
 
-    public init(kind: String, sub: String?, count: Int, eventID: Int64, jti: String, eventType: String, occurredAt: Date) {
+    public init(
+        kind: String, sub: String?, count: Int, eventID: Int64, jti: String, eventType: String, issuedAt: Date?, occurredAt: Date
+    ) {
         self.kind = kind
         self.sub = sub
         self.count = count
         self.eventID = eventID
         self.jti = jti
         self.eventType = eventType
+        self.issuedAt = issuedAt
         self.occurredAt = occurredAt
     }
 
     public var body: JSONValue {
-        [
+        var event: [String: JSONValue] = ["id": .number(Double(eventID)), "jti": .string(jti), "type": .string(eventType)]
+        if let issuedAt { event["issued_at"] = .timestamp(issuedAt) }
+        return [
             "type": .string(kind), "sub": sub.map(JSONValue.string) ?? .null, "count": .number(Double(count)),
-            "event": ["id": .number(Double(eventID)), "jti": .string(jti), "type": .string(eventType)],
-            "occurred_at": .timestamp(occurredAt),
+            "event": .object(event), "occurred_at": .timestamp(occurredAt),
         ]
     }
 }

@@ -296,7 +296,9 @@ public struct EventQueue: Sendable {
         var actions = ActionBatch()
         for (position, action) in try decided.get() { actions.append(event: id, position: position, action) }
         guard !actions.isEmpty else { return explanation }
-        try await connection.query("SELECT count(*) FROM risc_apply_actions(\(actions.json)::jsonb, NULL, '{}', false)", logger: logger)
+        // Judged as a replay in this mode would be: in enforcing mode, a shadow event as a replay of it.
+        try await connection.query(
+            "SELECT count(*) FROM risc_apply_actions(\(actions.json)::jsonb, NULL, '{}', false, \(enforce))", logger: logger)
         // Only the rows this transaction wrote: a worker may record the same event's actions meanwhile.
         for try await (kind, sub, detail, count) in try await connection.query(
             """

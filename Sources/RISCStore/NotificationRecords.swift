@@ -58,20 +58,20 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
 
     static let columns = """
         id, webhook_id, subscriber_id, kind, sub, count, event_id, event_jti, event_type, occurred_at, action_id, status, attempts,
-        next_attempt_at, last_attempt_at, last_error, delivered_at
+        next_attempt_at, last_attempt_at, last_error, delivered_at, event_issued_at
         """
     typealias Row = (
         Int64, String, Int64, String, String, Int32, Int64, String, String, Date, Int64, NotificationStatus, Int32, Date, Date?,
-        String?, Date?
+        String?, Date?, Date?
     )
 
     init(row: Row) {
         let (id, webhookID, subscriberID, kind, sub, count, eventID, jti, eventType, occurredAt, actionID, status, attempts,
-             nextAttemptAt, lastAttemptAt, lastError, deliveredAt) = row
+             nextAttemptAt, lastAttemptAt, lastError, deliveredAt, issuedAt) = row
         (self.id, self.webhookID, self.subscriberID) = (id, webhookID, subscriberID)
         notification = ActionNotification(
             kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-            occurredAt: occurredAt)
+            issuedAt: issuedAt, occurredAt: occurredAt)
         (self.actionID, self.status, self.attempts) = (actionID, status, Int(attempts))
         self.nextAttemptAt = status == .pending ? nextAttemptAt : nil
         (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)

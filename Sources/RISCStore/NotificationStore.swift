@@ -390,24 +390,16 @@ public struct NotificationStore: Sendable {
             let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
             var claimed: [Delivery] = []
             for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                keyID, previousSealed, previousKeyID, traceparent)
+                keyID, previousSealed, previousKeyID, traceparent, issuedAt)
                 in rows.decode(
                     (Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                     String?, String?).self)
+                     String?, String?, Date?).self)
             {
-                var (secret, previous, problem): (String?, String?, String?) = (clear, nil, nil)
-                if let sealed {
-                    if let cipher {
-                        secret = try? cipher.open(sealed, keyID: keyID ?? "", subscriberID: subscriberID)
-                        previous = previousSealed.flatMap { try? cipher.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
-                        if secret == nil { problem = "the subscriber's secret cannot be opened with the configured vault keys" }
-                    } else {
-                        problem = "the subscriber's secret is sealed and RISC_VAULT_KEY is not set"
-                    }
-                }
+                let (secret, problem) = openSecret(clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
+                let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
                 let notification = ActionNotification(
                     kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-                    occurredAt: occurredAt)
+                    issuedAt: issuedAt, occurredAt: occurredAt)
                 claimed.append(
                     Delivery(
                         id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
@@ -441,7 +433,7 @@ public struct NotificationStore: Sendable {
             RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
                       n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
                       CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
-                      n.traceparent
+                      n.traceparent, n.event_issued_at
             """
     }
 

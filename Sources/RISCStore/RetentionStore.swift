@@ -3,7 +3,8 @@ import PostgresNIO
 import RISC
 
 /// Deletes what the retention (RISC_EVENT_RETENTION_DAYS) no longer keeps, one small batch per call, each in its
-/// own short transaction: `done` and `ignored` events received more than `days` ago with their actions, and
+/// own short transaction: `done` and `ignored` events received more than `days` ago with their actions (but not
+/// one last applied in shadow mode: an operator may still replay it, however old), and
 /// delivered notifications written more than `days` ago (pending and dead ones stay, to be delivered or
 /// replayed). The rows are old, so nothing new is ever locked. Of many workers, one deletes at a time (a
 /// transaction-level advisory lock); a batch that finds it taken deletes nothing.
@@ -47,6 +48,7 @@ public struct RetentionStore: Sendable {
                 """
                 SELECT id FROM risc_events
                 WHERE received_at < now() - make_interval(days => \(days)::int4) AND status = ANY(\(EventStatus.finished))
+                  AND NOT shadow
                 LIMIT \(batchSize) FOR UPDATE SKIP LOCKED
                 """, logger: logger)
             for try await id in rows.decode(Int64.self) { ids.append(id) }

@@ -385,6 +385,55 @@ struct NotificationTests {
         }
     }
 
+    @Test(
+        "A hijacking, then an older account-enabled: the skipped enable is recorded and never notified; each body says its event's issued_at",
+        arguments: [true, false])
+    func skippedStateChangeIsNotNotified(applyOnReceipt: Bool) async throws {
+        var options = Self.options
+        options.applyOnReceipt = applyOnReceipt
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let subscriber = TestSubscriber()
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                try await withDispatchers(client: harness.database) {
+                    let sub = "mirrored-\(UUID().uuidString)"
+                    let issued = Date().timeIntervalSince1970.rounded(.down) - 10
+                    _ = try await harness.sendAndWait("account-disabled", sub: sub) {
+                        $0.reason = "hijacking"
+                        $0.iat = issued
+                    }
+                    let enable = try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = issued - 60 }
+                    // Recorded, as skipped.
+                    let recorded = try await harness.database.query(
+                        """
+                        SELECT a.kind, a.rows_affected, a.skipped FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id
+                        WHERE e.jti = \(enable)
+                        """
+                    ).collect().map { try $0.decode((String, Int32, Bool).self) }
+                    #expect(recorded.map { "\($0.0):\($0.1):\($0.2)" } == ["enable_sign_in:0:true"])
+                    // A barrier: one user's notifications are delivered in order, so once a later event's arrives, an
+                    // enable_sign_in notification, had there been one, would have arrived before it.
+                    let later = try await harness.sendAndWait("sessions-revoked", sub: sub) { $0.iat = issued + 5 }
+                    try await eventually("the later event's notification arrives") {
+                        subscriber.accepted.withLock { $0 }.contains { $0.json["event"]?["jti"]?.stringValue == later }
+                    }
+                    // Once per webhook-id: a loaded machine may retry a delivery whose 2xx came late.
+                    var seen = Set<String>()
+                    let delivered = subscriber.accepted.withLock { $0 }.filter { $0.sub == sub && seen.insert($0.webhookID).inserted }
+                    let kinds = delivered.compactMap { $0.json["type"]?.stringValue }
+                    #expect(kinds == ["disable_sign_in", "revoke_sessions", "revoke_sessions"], "\(kinds)")
+                    #expect(try await harness.notifications(sub: sub).map(\.kind).contains("enable_sign_in") == false)
+                    // Every body names when its event was issued (RFC 3339, the SET's iat).
+                    let issuedAts = delivered.map { $0.json["event"]?["issued_at"]?.stringValue }
+                    let formatter = ISO8601DateFormatter()
+                    #expect(
+                        issuedAts == [issued, issued, issued + 5].map { formatter.string(from: Date(timeIntervalSince1970: $0)) },
+                        "\(issuedAts)")
+                }
+            }
+        }
+    }
+
     @Test("A 2xx status line is a delivery, however slowly its body follows: it is not sent again")
     func slowBodyAfterSuccess() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in

@@ -10,7 +10,7 @@ import Testing
 /// RISC_EVENT_RETENTION_DAYS: old finished events go, with their actions; nothing else does.
 @Suite("Event retention")
 struct RetentionTests {
-    @Test("Old done and ignored events go with their actions, in batches; waiting, dead and recent ones stay; views still work; a recent SET is still a duplicate")
+    @Test("Old done and ignored events go with their actions, in batches; waiting, dead, unreplayed shadow and recent ones stay; views still work; a recent SET is still a duplicate")
     func deletesOldFinishedEvents() async throws {
         var options = Harness.Options()
         options.worker = true
@@ -35,7 +35,13 @@ struct RetentionTests {
                 VALUES ('https://retention.test/', 'old-waiting', '{}', '[]', '{}', now(), 'retry', 1, now() + interval '1 hour'),
                        ('https://retention.test/', 'old-dead', '{}', '[]', '{}', now(), 'dead', 10, now())
                 """)
-            let old = [oldRevocation, oldFlag, jti(of: unknownType), "old-waiting", "old-dead"]
+            // Applied in shadow mode and never replayed: what it would do is still to be applied, so it stays.
+            try await harness.database.query(
+                """
+                INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at, status, attempts, run_after, shadow)
+                VALUES ('https://retention.test/', 'old-shadow', '{}', '[]', '{}', now(), 'done', 1, now(), true)
+                """)
+            let old = [oldRevocation, oldFlag, jti(of: unknownType), "old-waiting", "old-dead", "old-shadow"]
             try await harness.database.query(
                 "UPDATE risc_events SET received_at = now() - interval '401 days', run_after = now() + interval '1 hour' WHERE jti = ANY(\(old))")
 
@@ -66,7 +72,7 @@ struct RetentionTests {
             for try await jti in try await harness.database.query("SELECT jti FROM risc_events ORDER BY id").decode(String.self) {
                 left.append(jti)
             }
-            #expect(Set(left) == [recent, "old-waiting", "old-dead"])
+            #expect(Set(left) == [recent, "old-waiting", "old-dead", "old-shadow"])
             // The old delivered notification is gone; the dead one stays to be replayed, the recent one stays.
             #expect(try await notifications() == [oldFlag: "dead", recent: "delivered"])
             var orphans = -1

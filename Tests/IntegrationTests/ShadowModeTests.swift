@@ -209,6 +209,21 @@ struct ShadowModeTests {
         let cliExplained = try await runRiscReceiver(["events", "explain", String(ids[0])], environment: cli)
         #expect(cliExplained.status == 0)
         #expect(cliExplained.output.contains("in enforce mode") && cliExplained.output.contains("delete_grants"), "\(cliExplained.output)")
+        // Meanwhile, after the events arrived: a new session (it may be the attacker's), and a grant stored after the
+        // tokens-revoked event was issued (not one of the revoked tokens).
+        let meanwhile = try await signIn(live)
+        #expect(meanwhile.status == 200, "\(meanwhile.body)")
+        let laterSession = try #require(meanwhile.json["session_token"]?.stringValue)
+        let laterGrant = try await live.send(
+            .POST, "/v1/grants", bearer: Harness.serviceToken,
+            json: ["sub": .string(sub), "refresh_token": .string("1//later-\(UUID().uuidString)"), "client_id": .string(Harness.audience)])
+        #expect(laterGrant.status == 201)
+        // Explain, now enforcing, says what the replay will do: every live session ends, the later grant stays.
+        let liveSessions = try #require(try await user(live)["sessions"]?["active"]?.number)
+        #expect(liveSessions >= 2)
+        let beforeReplay = try await live.send(.GET, "/admin/v1/events/\(ids[0])/explain", bearer: Harness.adminToken).json
+        let wouldDo = (beforeReplay["actions"]?.arrayValue ?? []).map { "\($0["kind"]?.stringValue ?? ""):\($0["rows_affected"]?.number ?? -1)" }
+        #expect(wouldDo == ["revoke_sessions:\(liveSessions)", "delete_grants:1.0"], "\(beforeReplay)")
 
         // The operator replays what arrived in shadow mode.
         let since = ISO8601DateFormatter().string(from: start)
@@ -220,12 +235,20 @@ struct ShadowModeTests {
             let left = try await live.send(.GET, "/admin/v1/stats", bearer: Harness.adminToken).json["shadow_events"]
             return status == 401 && left == 0
         }
+        // At least as strict as enforcing on time: the session made meanwhile ends too (a replay's cutoff is the replay).
+        #expect(try await live.send(.GET, "/v1/session", bearer: laterSession).status == 401)
         // Ordering holds: the older account-enabled, applied after the hijacking, is stale; the account stays disabled.
         let refused = try await signIn(live)
         #expect(refused.status == 403 && refused.error == "account_disabled", "\(refused.body)")
         account = try await user(live)
         #expect(account["flags"]?.arrayValue?.contains("sign_in_disabled") == true, "\(account)")
-        #expect(account["grants"]?["active"] == 0)
+        // The grant stored before the event was issued is erased; the one stored after it is kept.
+        #expect(account["grants"]?["active"] == 1, "\(account)")
+        #expect(account["grants"]?["revoked"] == 1, "\(account)")
+        let laterGrantID = try #require(laterGrant.json["grant_id"].flatMap(\.stringValue).flatMap(UUID.init(uuidString:)))
+        let laterGrantLive = try await database.client.query("SELECT revoked_at IS NULL FROM risc_grants WHERE id = \(laterGrantID)")
+            .collect().first?.decode(Bool.self)
+        #expect(laterGrantLive == true)
         let enabled = try await live.send(.GET, "/admin/v1/events/\(ids[2])", bearer: Harness.adminToken).json
         let enforced = (enabled["actions"]?.arrayValue ?? []).filter { $0["shadow"] == false }
         #expect(enforced.map { $0["rows_affected"]?.number } == [0], "\(enabled)")
@@ -234,5 +257,16 @@ struct ShadowModeTests {
         #expect(values["risc_enforce"] == 1)
         // Now the subscriber hears of what changed.
         try await eventually("the subscriber is told") { subscriber.accepted.withLock { $0 }.contains { $0.sub == sub } }
+        // But not of the skipped enable, which would re-enable the account in a store that mirrors it. A barrier: one
+        // user's notifications arrive in order, so once a later event's has, the enable's would have come before it.
+        var later = SETRequest(type: "sessions-revoked", sub: sub)
+        later.jti = "shadow-later-\(UUID().uuidString)"
+        #expect(try await live.send(.POST, "/risc/events", body: try await transmitter.makeSET(later), contentType: "application/secevent+jwt").status == 202)
+        try await eventually("the later event's notification arrives") {
+            subscriber.accepted.withLock { $0 }.contains { $0.json["event"]?["jti"]?.stringValue == later.jti }
+        }
+        let told = subscriber.accepted.withLock { $0 }.filter { $0.sub == sub }.compactMap { $0.json["type"]?.stringValue }
+        #expect(!told.contains("enable_sign_in"), "\(told)")
+        #expect(told.contains("disable_sign_in") && told.contains("delete_grants"), "\(told)")
     }
 }

@@ -3,9 +3,14 @@
 -- they changed (for the metrics, and the spans of traces). The code decides each event's actions (AccountAction); these rules are decided here,
 -- against the rows as they are:
 -- - staleness: an account-state change older than the account state (by iat, then arrival, then place in the
---   SET) changes nothing, and is recorded as skipped;
+--   SET) changes nothing, and is recorded as skipped (`skipped`: never notified);
 -- - the hijacking cutoff: the same event's session revocation then ends only the sessions created up to its iat;
 --   otherwise every session created up to its arrival. ID tokens issued up to the cutoff no longer sign in;
+-- - a replay of an event last applied in shadow mode (`risc_events.shadow`, applied now with `enforce`; or, for
+--   `events explain`, which runs without `enforce`, with `as_replay`: what such a replay would do) leaves
+--   state at least as strict as enforcing on time would have: its revocation ends the sessions created up to now
+--   (one made meanwhile may be the attacker's), and its tokens-revoked erasure keeps the grants stored after the
+--   event's iat (issued after the revocation, so not the revoked tokens);
 -- - audience confinement: token-revoked erases only grants of the SET's audiences (`client_ids`);
 -- - the ambiguity flag: a token identifier that matched several grants erases them all and records an
 --   `ambiguous_token_identifier` action beside it.
@@ -25,14 +30,16 @@
 -- Earlier signatures and results: a second overload would make a call ambiguous, and a result cannot be replaced.
 DROP FUNCTION IF EXISTS risc_apply_actions(jsonb, bigint[], bigint[]);
 DROP FUNCTION IF EXISTS risc_apply_actions(jsonb, bigint[], bigint[], boolean);
+DROP FUNCTION IF EXISTS risc_apply_actions(jsonb, bigint[], bigint[], boolean, boolean);
 CREATE OR REPLACE FUNCTION risc_apply_actions(actions jsonb, event_ids bigint[] DEFAULT NULL, done_events bigint[] DEFAULT '{}',
-                                              enforce boolean DEFAULT true)
+                                              enforce boolean DEFAULT true, as_replay boolean DEFAULT NULL)
 RETURNS TABLE (applied_event bigint, kind text, actions_recorded bigint, rows_changed bigint) LANGUAGE plpgsql AS $$
 DECLARE
     a           record;
     event_id    bigint;
     received    timestamptz;
     issued      timestamptz;
+    replaying   boolean;
     affected    integer;
     detail      text;
     cutoff      timestamptz;
@@ -48,6 +55,7 @@ DECLARE
     out_subs    text[] := '{}';
     out_details text[] := '{}';
     out_counts  integer[] := '{}';
+    out_skipped boolean[] := '{}';
 BEGIN
     FOR locked_sub IN
         SELECT l.sub FROM (SELECT DISTINCT hashtext(u.sub) AS lock_key, u.sub COLLATE "C" AS sub FROM (
@@ -76,7 +84,8 @@ BEGIN
     LOOP
         IF event_id IS DISTINCT FROM a.event THEN
             event_id := a.event;
-            SELECT e.received_at, e.issued_at INTO STRICT received, issued FROM risc_events e WHERE e.id = event_id;
+            SELECT e.received_at, e.issued_at, coalesce(as_replay, enforce) AND e.shadow INTO STRICT received, issued, replaying
+              FROM risc_events e WHERE e.id = event_id;
         END IF;
         affected := 0;
         ambiguous := 0;
@@ -88,6 +97,11 @@ BEGIN
             IF (event_id || ':' || a.position || ':' || a.sub) = ANY (stale) THEN
                 cutoff := issued;
                 detail := 'stale event: only sessions created up to its iat';
+            ELSIF replaying THEN
+                -- The clock, not the transaction's start: a sign-in that held the user's lock while this batch
+                -- waited for it committed a session after now().
+                cutoff := clock_timestamp();
+                detail := 'replayed from shadow mode: sessions created up to the replay';
             ELSE
                 cutoff := received;
             END IF;
@@ -105,7 +119,10 @@ BEGIN
             END IF;
         -- The grants each kind erases, each found through its own index; then one erasure for all three.
         WHEN 'delete_grants' THEN
-            erased := ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = a.sub AND g.revoked_at IS NULL);
+            -- iat counts whole seconds: a grant stored in its second may be one it revoked.
+            erased := ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = a.sub AND g.revoked_at IS NULL
+                                AND (NOT replaying OR g.created_at < issued + interval '1 second'));
+            IF replaying THEN detail := 'replayed from shadow mode: grants stored up to its iat'; END IF;
         -- token-revoked names a token of one of the SET's audiences: grants of other clients are not touched.
         WHEN 'delete_grant_by_prefix' THEN
             erased := ARRAY(SELECT g.id FROM risc_grants g
@@ -184,6 +201,7 @@ BEGIN
         out_subs := out_subs || a.sub;
         out_details := out_details || detail;
         out_counts := out_counts || affected;
+        out_skipped := out_skipped || ((a.kind = 'disable_sign_in' OR a.kind = 'enable_sign_in') AND affected = 0);
         -- A 16-character prefix can be shared: erasing every match fails safe, and admins are told.
         IF ambiguous > 1 THEN
             out_events := out_events || event_id;
@@ -193,12 +211,14 @@ BEGIN
             out_details := out_details || ('the identifier matched ' || ambiguous || ' grants; all '
                                            || CASE WHEN enforce THEN 'were' ELSE 'would be' END || ' erased');
             out_counts := out_counts || ambiguous;
+            out_skipped := out_skipped || false;
         END IF;
     END LOOP;
 
-    INSERT INTO risc_event_actions (event_id, event_position, kind, sub, detail, rows_affected, shadow)
-    SELECT o.event_id, o.place, o.kind, o.sub, o.detail, o.n, NOT enforce
-      FROM unnest(out_events, out_places, out_kinds, out_subs, out_details, out_counts) AS o(event_id, place, kind, sub, detail, n);
+    INSERT INTO risc_event_actions (event_id, event_position, kind, sub, detail, rows_affected, shadow, skipped)
+    SELECT o.event_id, o.place, o.kind, o.sub, o.detail, o.n, NOT enforce, o.skipped
+      FROM unnest(out_events, out_places, out_kinds, out_subs, out_details, out_counts, out_skipped)
+           AS o(event_id, place, kind, sub, detail, n, skipped);
 
     UPDATE risc_events
        SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL, shadow = NOT enforce

@@ -1,7 +1,8 @@
 -- Fills the outbox from the statement that records actions, so in its transaction: a notification exists if and
 -- only if its action committed, on every path (a worker, or the inbox applying on receipt). The kinds are
 -- ActionKind.notified. The event named is the one in the SET that caused the action (its event_position; an
--- action recorded before positions were, the SET's first).
+-- action recorded before positions were, the SET's first). A skipped state change (stale, so it changed nothing
+-- and must not be mirrored) is not notified.
 CREATE OR REPLACE FUNCTION risc_notify_subscribers() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM risc_subscribers) THEN
@@ -9,14 +10,14 @@ BEGIN
     END IF;
     -- The event's traceparent (tracing on): the delivery continues the trace of the request that stored it.
     INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at,
-                                    traceparent)
+                                    traceparent, event_issued_at)
     SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[coalesce(a.event_position, 0) + 1], ''),
-           a.applied_at, e.traceparent
+           a.applied_at, e.traceparent, e.issued_at
       FROM recorded_actions a
       JOIN risc_events e ON e.id = a.event_id
       JOIN risc_subscribers s ON s.actions IS NULL OR a.kind = ANY (s.actions)
      -- A shadow action changed nothing, so there is nothing to tell.
-     WHERE NOT a.shadow AND a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
+     WHERE NOT a.shadow AND NOT a.skipped AND a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
                       'disable_sign_in', 'enable_sign_in', 'flag_for_review', 'require_credential_change')
      ORDER BY a.id, s.id;
     IF FOUND THEN
