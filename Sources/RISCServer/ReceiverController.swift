@@ -50,9 +50,10 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
             do throws(SETVerifier.Failure) {
                 let token = try await verifier.verify(compact)
                 span?.updateAttributes { attributes in
-                    attributes["risc.set.kid"] = token.header.kid
-                    attributes["risc.set.jti"] = token.jti
-                    attributes["risc.set.event_types"] = token.events.map(\.typeURI)
+                    // From the request, even if signed: cut like every attribute a caller sends.
+                    attributes["risc.set.kid"] = TraceContext.attribute(token.header.kid)
+                    attributes["risc.set.jti"] = TraceContext.attribute(token.jti)
+                    attributes["risc.set.event_types"] = token.events.map { TraceContext.attribute($0.typeURI) }
                     attributes["risc.set.outcome"] = "verified"
                 }
                 return .success(token)

@@ -36,6 +36,21 @@ public enum TraceContext {
         context(traceparent: traceparent).map { SpanLink(context: $0, attributes: [:]) }
     }
 
+    /// The most bytes of any span attribute taken from a request (a header, the path, a claim): what a caller sends
+    /// must not make a span, and each export of it, as large as the request.
+    public static let maxAttributeBytes = 256
+
+    /// `value` cut to `maxAttributeBytes` bytes of UTF-8, at the end of a character: the exporter must send valid
+    /// UTF-8, or the collector refuses the whole export.
+    public static func attribute(_ value: String) -> String {
+        let bytes = value.utf8
+        guard bytes.count > maxAttributeBytes else { return value }
+        var end = bytes.index(bytes.startIndex, offsetBy: maxAttributeBytes)
+        // `end` is the first byte left out: step back while it continues the character before it.
+        while end > bytes.startIndex, UTF8.isContinuation(bytes[end]) { bytes.formIndex(before: &end) }
+        return String(decoding: bytes[..<end], as: UTF8.self)
+    }
+
     /// Version 00, lowercase hex, trace and span ids not all zero: what the exporter's parser accepts. Anything else
     /// is dropped here, so that nothing but this one value ever reaches the parser (which logs what it cannot read).
     public static func isWellFormed(_ value: String) -> Bool {

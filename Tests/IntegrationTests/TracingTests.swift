@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import DevTransmitter
 import NIOCore
+import NIOHTTP1
 import Foundation
 import RISC
 import Testing
@@ -98,7 +99,8 @@ struct TracingTests {
             .POST, "/admin/v1/subscribers", bearer: Harness.adminToken, json: ["url": .string(hookURL), "secret": .string(subscriber.secret)])
         #expect(added.status == 201, "\(added.body)")
 
-        // The transmitter's own trace: the request span continues it.
+        // The transmitter's own trace: an unauthenticated caller's, so the request span starts a trace of its own and
+        // links to it.
         let callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
         let callerSpan = "00f067aa0ba902b7"
         let set = try await transmitter.makeSET(SETRequest(type: "tokens-revoked", sub: sub))
@@ -115,34 +117,37 @@ struct TracingTests {
         }
         let server = try #require(spans.first { $0.name == "POST /risc/events" })
         #expect(server["kind"] == 2)  // SERVER
-        #expect(server.traceID == callerTrace && server.parentID == callerSpan)
+        #expect(server.traceID != callerTrace && server.parentID == "")
+        #expect(server.links.count == 1 && server.links.first?.trace == callerTrace && server.links.first?.span == callerSpan)
+        #expect(!spans.contains { $0.traceID == callerTrace })
+        let trace = server.traceID
         #expect(server.attribute("http.request.method") == "POST" && server.attribute("http.route") == "/risc/events")
         #expect(server.attribute("http.response.status_code") == 202)
         #expect(server["resource"]?["service.name"] == "risc-receiver")
         let verify = try #require(spans.first { $0.name == "verify SET" })
-        #expect(verify.traceID == callerTrace && verify.parentID == server.spanID)
+        #expect(verify.traceID == trace && verify.parentID == server.spanID)
         #expect(verify.attribute("risc.set.outcome") == "verified")
         #expect(verify.attribute("risc.set.kid")?.stringValue?.isEmpty == false)
         #expect(verify.attribute("risc.set.event_types") == [.string(EventType.tokensRevoked.rawValue)])
         let store = try #require(spans.first { $0.name == "store SET" })
-        #expect(store.traceID == callerTrace && store.parentID == server.spanID)
+        #expect(store.traceID == trace && store.parentID == server.spanID)
         #expect(store.attribute("risc.set.outcome") == "stored")
 
         // The group commit serves many requests: a trace of its own, linked to this request's span.
         let commit = try #require(spans.first { $0.name == "store and apply SETs" && $0.links.contains { $0.span == server.spanID } })
-        #expect(commit.traceID != callerTrace)
-        #expect(commit.links.contains { $0.trace == callerTrace && $0.span == server.spanID })
+        #expect(commit.traceID != trace)
+        #expect(commit.links.contains { $0.trace == trace && $0.span == server.spanID })
         let kinds = commit.attribute("risc.action.kinds")?.arrayValue?.compactMap(\.stringValue) ?? []
         #expect(Set(kinds) == ["revoke_sessions", "delete_grants"])
         #expect(commit.attribute("risc.action.rows") == [1, 1])
         #expect(commit.attribute("db.system.name") == "postgresql")
 
         // The delivery continues the request's trace, and hands it on.
-        let deliver = try #require(spans.first { $0.name == "deliver notification" && $0.traceID == callerTrace })
+        let deliver = try #require(spans.first { $0.name == "deliver notification" && $0.traceID == trace })
         #expect(deliver["kind"] == 3)  // CLIENT
         #expect(deliver.parentID == server.spanID)
         #expect(deliver.attribute("risc.delivery.outcome") == "delivered")
-        #expect(delivery.traceparent == "00-\(callerTrace)-\(deliver.spanID)-01", "\(delivery.traceparent ?? "none")")
+        #expect(delivery.traceparent == "00-\(trace)-\(deliver.spanID)-01", "\(delivery.traceparent ?? "none")")
 
         // Sign-in, the session check and the vault have spans of their own, under their requests'.
         for (operation, route) in [("sign in", "POST /tokensignin"), ("check session", "GET /v1/session"), ("vault store", "POST /v1/grants")] {
@@ -154,7 +159,7 @@ struct TracingTests {
         let accepted = serve.log.split(separator: "\n").compactMap { try? JSONValue.parse(Data($0.utf8)) }.first {
             $0["message"]?.stringValue == "Accepted a SET"
         }
-        #expect(accepted?["trace_id"]?.stringValue == callerTrace, "\(String(describing: accepted))")
+        #expect(accepted?["trace_id"]?.stringValue == trace, "\(String(describing: accepted))")
         #expect(accepted?["span_id"]?.stringValue?.count == 16)
 
         // Nothing secret anywhere in what was exported: not the SET or any part of it, a token, an email address, a
@@ -198,6 +203,140 @@ struct TracingTests {
         }
     }
 
+    /// A trace id and span id of a caller's own, and its `traceparent` (sampled).
+    static func callerContext() -> (trace: String, span: String, traceparent: String) {
+        let hex = { (count: Int) in String((0..<count).map { _ in "0123456789abcdef".randomElement()! }) }
+        let trace = hex(32)
+        let span = hex(16)
+        return (trace, span, "00-\(trace)-\(span)-01")
+    }
+
+    @Test(
+        "A caller's traceparent is the parent only on the admin API and the vault; on SETs, sign-in, the session check and health it is a link from a trace of our own"
+    )
+    func parentsAndLinks() async throws {
+        try await TraceCollector.with { collector in
+            try await ServeProcess.with(environment: collector.environment()) { serve, transmitter in
+                var linked: [(route: String, caller: (trace: String, span: String, traceparent: String))] = []
+                let set = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: "traced-link-\(UUID().uuidString)"))
+                let unauthenticated: [(HTTPMethod, String, String?, String)] = [
+                    (.POST, "/risc/events", set, "POST /risc/events"), (.POST, "/tokensignin", "idtoken=forged", "POST /tokensignin"),
+                    (.GET, "/v1/session", nil, "GET /v1/session"), (.GET, "/healthz", nil, "GET /healthz"),
+                ]
+                for (method, path, body, route) in unauthenticated {
+                    let caller = Self.callerContext()
+                    var request = HTTPClientRequestForTests(url: serve.url + path, body: body, method: method)
+                    request.headers["traceparent"] = caller.traceparent
+                    if path == "/risc/events" { request.headers["Content-Type"] = "application/secevent+jwt" }
+                    if path == "/tokensignin" { request.headers["Content-Type"] = "application/x-www-form-urlencoded" }
+                    _ = try await request.send()
+                    linked.append((route, caller))
+                }
+                var parented: [(route: String, caller: (trace: String, span: String, traceparent: String))] = []
+                let authenticated: [(HTTPMethod, String, String, String)] = [
+                    (.GET, "/admin/v1/stats", Harness.adminToken, "GET /admin/v1/stats"),
+                    (.POST, "/v1/grants/\(UUID().uuidString)/token", Harness.serviceToken, "POST /v1/grants/{id}/token"),
+                ]
+                for (method, path, bearer, route) in authenticated {
+                    let caller = Self.callerContext()
+                    var request = HTTPClientRequestForTests(url: serve.url + path, body: nil, method: method)
+                    request.headers["traceparent"] = caller.traceparent
+                    request.headers["Authorization"] = "Bearer \(bearer)"
+                    _ = try await request.send()
+                    parented.append((route, caller))
+                }
+                let spans = try await collector.eventuallySpans("a server span for each request") { spans in
+                    (linked + parented).allSatisfy { item in spans.contains { $0.name == item.route } }
+                }
+                for (route, caller) in linked {
+                    let server = try #require(spans.first { $0.name == route }, "\(route)")
+                    #expect(server.traceID != caller.trace && server.parentID == "", "\(route) joined the caller's trace")
+                    #expect(server.links.count == 1 && server.links.first?.trace == caller.trace && server.links.first?.span == caller.span, "\(route)")
+                    #expect(!spans.contains { $0.traceID == caller.trace }, "\(route): a span in the caller's trace")
+                }
+                for (route, caller) in parented {
+                    let server = try #require(spans.first { $0.name == route }, "\(route)")
+                    #expect(server.traceID == caller.trace && server.parentID == caller.span, "\(route) did not continue the caller's trace")
+                    #expect(server.links.isEmpty, "\(route)")
+                }
+            }
+        }
+    }
+
+    @Test("With a sampler that keeps nothing of its own, an unauthenticated caller's sampled traceparent exports nothing")
+    func unauthenticatedCallersCannotForceSampling() async throws {
+        let environment = ["OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"]
+        try await TraceCollector.with { collector in
+            try await ServeProcess.with(environment: collector.environment(environment)) { serve, transmitter in
+                let set = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: "traced-unsampled-\(UUID().uuidString)"))
+                let callers = (0..<3).map { _ in Self.callerContext() }
+                var request = HTTPClientRequestForTests(url: serve.url + "/risc/events", body: set)
+                request.headers["traceparent"] = callers[0].traceparent
+                request.headers["Content-Type"] = "application/secevent+jwt"
+                #expect(try await request.send() == 202)
+                var check = HTTPClientRequestForTests(url: serve.url + "/v1/session", body: nil, method: .GET)
+                check.headers["traceparent"] = callers[1].traceparent
+                check.headers["Authorization"] = "Bearer \(UUID().uuidString)"
+                #expect(try await check.send() == 401)
+                var signIn = HTTPClientRequestForTests(url: serve.url + "/tokensignin", body: "idtoken=forged")
+                signIn.headers["traceparent"] = callers[2].traceparent
+                signIn.headers["Content-Type"] = "application/x-www-form-urlencoded"
+                #expect(try await signIn.send() == 401)
+
+                // The barrier: an authenticated caller's sampled request, after those, is exported; spans leave in the
+                // order they end, so anything of the requests before it would have arrived by then.
+                let admin = Self.callerContext()
+                var stats = HTTPClientRequestForTests(url: serve.url + "/admin/v1/stats", body: nil, method: .GET)
+                stats.headers["traceparent"] = admin.traceparent
+                stats.headers["Authorization"] = "Bearer \(Harness.adminToken)"
+                #expect(try await stats.send() == 200)
+                let spans = try await collector.eventuallySpans("the admin request's span") { spans in
+                    spans.contains { $0.name == "GET /admin/v1/stats" && $0.traceID == admin.trace }
+                }
+                for caller in callers {
+                    #expect(!spans.contains { $0.traceID == caller.trace || $0.links.contains { $0.trace == caller.trace } })
+                }
+                let names = Set(spans.map(\.name))
+                for name in ["POST /risc/events", "verify SET", "store SET", "store and apply SETs", "GET /v1/session", "POST /tokensignin"] {
+                    #expect(!names.contains(name), "\(name) was exported")
+                }
+            }
+        }
+    }
+
+    @Test("What a span takes from a request is cut at 256 bytes, at a character boundary: an 80 KB User-Agent, a long path")
+    func requestAttributesAreBounded() async throws {
+        try await TraceCollector.with { collector in
+            try await ServeProcess.with(environment: collector.environment()) { serve, _ in
+                // 80,001 bytes: "a" and then two-byte characters, so that byte 256 falls inside one.
+                let userAgent = "a" + String(repeating: "é", count: 40_000)
+                var request = HTTPClientRequestForTests(url: serve.url + "/healthz", body: nil, method: .GET)
+                request.headers["User-Agent"] = userAgent
+                #expect(try await request.send() == 200)
+                let sub = String(repeating: "s", count: 4_000)
+                var user = HTTPClientRequestForTests(url: serve.url + "/admin/v1/users/" + sub, body: nil, method: .GET)
+                user.headers["Authorization"] = "Bearer \(Harness.adminToken)"
+                _ = try await user.send()
+                let spans = try await collector.eventuallySpans("both requests' spans") { spans in
+                    spans.contains { $0.name == "GET /healthz" } && spans.contains { $0.name == "GET /admin/v1/users/{sub}" }
+                }
+                let health = try #require(spans.first { $0.name == "GET /healthz" })
+                let agent = try #require(health.attribute("user_agent.original")?.stringValue)
+                #expect(agent.utf8.count == 255, "\(agent.utf8.count) bytes of the User-Agent were exported")
+                #expect(userAgent.hasPrefix(agent))
+                let path = try #require(spans.first { $0.name == "GET /admin/v1/users/{sub}" }?.attribute("url.path")?.stringValue)
+                #expect(path.utf8.count == 256, "\(path.utf8.count) bytes of the path were exported")
+                #expect(("/admin/v1/users/" + sub).hasPrefix(path))
+                // No attribute of any span is longer.
+                for span in spans {
+                    for (key, value) in span["attributes"]?.objectValue ?? [:] {
+                        #expect((value.stringValue?.utf8.count ?? 0) <= 256, "\(span.name): \(key)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("A collector that is down slows and fails no request")
     func deadCollector() async throws {
         // Nothing listens there; each export waits for its 10 s timeout (the default) and is dropped.
@@ -221,17 +360,18 @@ struct TracingTests {
     }
 }
 
-/// A POST with headers of the test's choosing (the transmitter's `traceparent`).
+/// A request with headers of the test's choosing (a caller's `traceparent`, a long User-Agent).
 struct HTTPClientRequestForTests {
     var url: String
-    var body: String
+    var body: String?
+    var method: HTTPMethod = .POST
     var headers: [String: String] = [:]
 
     func send() async throws -> Int {
         var request = HTTPClientRequest(url: url)
-        request.method = .POST
+        request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }
-        request.body = .bytes(ByteBuffer(string: body))
+        if let body { request.body = .bytes(ByteBuffer(string: body)) }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
         return Int(response.status.code)
     }
