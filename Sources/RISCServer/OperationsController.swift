@@ -9,20 +9,36 @@ import RISCMetrics
 import RISCStore
 import ServiceLifecycle
 
-/// `/healthz`, `/readyz` and `/metrics`.
+/// `/healthz`, `/readyz` and `/metrics`. Probes and scrapes come unauthenticated and as often as anyone likes: each
+/// database check they make is shared (`SharedCheck`), so the database answers about one of each per second.
 public struct OperationsController<Context: RequestContext>: Sendable {
     static var logger: Logger { Logger(label: "risc-receiver.readiness") }
-    let postgres: PostgresClient
     /// The migrations and routines this build ships; nil when the directory could not be found.
     let expected: Migrator?
     let keys: [(name: String, keys: IssuerKeys)]
-    let queries: AdminQueries
+    /// The database's part of readiness: reachable, and which migrations are pending.
+    let database: SharedCheck<DatabaseReadiness>
+    let backlog: SharedCheck<Backlog?>
+
+    enum DatabaseReadiness: Sendable {
+        /// Pending migrations and routines; nil when none was ever applied.
+        case reachable(pending: [String]?)
+        case unreachable
+    }
 
     public init(postgres: PostgresClient, expected: Migrator?, keys: [(name: String, keys: IssuerKeys)], queries: AdminQueries) {
-        self.postgres = postgres
         self.expected = expected
         self.keys = keys
-        self.queries = queries
+        self.database = SharedCheck {
+            do {
+                // Within 2 s, or the database counts as unreachable (and the connection is closed, not left leased).
+                return .reachable(
+                    pending: try await (expected ?? Migrator(migrations: [])).pending(client: postgres, timeout: .seconds(2), logger: Self.logger))
+            } catch {
+                return .unreachable
+            }
+        }
+        self.backlog = Self.sharedBacklog(queries)
     }
 
     public func addRoutes(to router: Router<Context>) {
@@ -34,9 +50,8 @@ public struct OperationsController<Context: RequestContext>: Sendable {
     func readiness() async -> Response {
         var checks: [String: JSONValue] = [:]
         var missing: [JSONValue] = []
-        do {
-            // Within 2 s, or the database counts as unreachable (and the connection is closed, not left leased).
-            let pending = try await (expected ?? Migrator(migrations: [])).pending(client: postgres, timeout: .seconds(2), logger: Self.logger)
+        switch await database.value {
+        case .reachable(let pending):
             checks["database"] = "ok"
             if let pending, !pending.isEmpty, expected != nil {
                 checks["migrations"] = .string("pending: " + pending.joined(separator: ", "))
@@ -47,7 +62,7 @@ public struct OperationsController<Context: RequestContext>: Sendable {
             } else {
                 checks["migrations"] = expected == nil ? "unchecked (migrations directory not found)" : "ok"
             }
-        } catch {
+        case .unreachable:
             checks["database"] = "unreachable"
             checks["migrations"] = "unknown"
             missing.append("database")
@@ -67,12 +82,16 @@ public struct OperationsController<Context: RequestContext>: Sendable {
     }
 
     func metrics() async -> Response {
-        await Self.metrics(queries: queries)
+        await Self.metrics(backlog: backlog)
     }
 
-    static func metrics(queries: AdminQueries) async -> Response {
-        // The backlog is read at scrape time, so it is right whichever process runs the workers.
-        if let backlog = try? await queries.backlog() {
+    /// The backlog, read at scrape time (so it is right whichever process runs the workers), at most once a second.
+    static func sharedBacklog(_ queries: AdminQueries) -> SharedCheck<Backlog?> {
+        SharedCheck { try? await queries.backlog() }
+    }
+
+    static func metrics(backlog: SharedCheck<Backlog?>) async -> Response {
+        if let backlog = await backlog.value {
             ServiceMetrics.queueDepth(backlog.depth)
             ServiceMetrics.workerLag(seconds: backlog.oldestAgeSeconds ?? 0)
         }
@@ -106,9 +125,9 @@ public struct KeyWarmup: Service {
 /// For a process that runs only a worker: `/healthz` and `/metrics` on their own port, for probes and scrapes.
 public func buildMetricsApplication(host: String, port: Int, postgres: PostgresClient, logger: Logger) -> some ApplicationProtocol {
     _ = Telemetry.registry
-    let queries = AdminQueries(client: postgres, logger: logger)
+    let backlog = OperationsController<BasicRequestContext>.sharedBacklog(AdminQueries(client: postgres, logger: logger))
     let router = Router()
     router.get("/healthz") { _, _ in HTTPResponse.Status.ok }
-    router.get("/metrics") { _, _ in await OperationsController<BasicRequestContext>.metrics(queries: queries) }
+    router.get("/metrics") { _, _ in await OperationsController<BasicRequestContext>.metrics(backlog: backlog) }
     return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: nil), logger: logger)
 }

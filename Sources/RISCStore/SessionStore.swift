@@ -59,6 +59,8 @@ public struct SessionStore: Sendable {
 
     let client: PostgresClient
     let cache: SessionCache?
+    /// Recent "no such session" answers, so that repeating an unknown token does not reach the database each time.
+    let misses: SessionMissCache
     let logger: Logger
     public let sessionLifetime: Duration
     /// A user's live sessions at most (RISC_MAX_SESSIONS_PER_USER): a sign-in beyond it ends the oldest. An ID token
@@ -71,10 +73,12 @@ public struct SessionStore: Sendable {
 
     public init(
         client: PostgresClient, cache: SessionCache? = nil, sessionLifetime: Duration = .seconds(14 * 24 * 3600),
-        maxSessionsPerUser: Int = 50, databaseTimeout: Duration = .seconds(5), logger: Logger
+        maxSessionsPerUser: Int = 50, databaseTimeout: Duration = .seconds(5), misses: SessionMissCache = SessionMissCache(),
+        logger: Logger
     ) {
         self.client = client
         self.cache = cache
+        self.misses = misses
         self.sessionLifetime = sessionLifetime
         self.maxSessionsPerUser = maxSessionsPerUser
         self.databaseTimeout = databaseTimeout
@@ -92,7 +96,11 @@ public struct SessionStore: Sendable {
     /// first) or the ID token predates their last session revocation; a refused sign-in writes nothing.
     /// Committed before it returns, so the token works at once on any connection.
     public func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SignInOutcome {
-        let token = Self.newToken()
+        try await signIn(profile, issuedAt: issuedAt, token: Self.newToken())
+    }
+
+    /// Sign-in with the token chosen (by the tests: the service always mints a fresh one).
+    func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date, token: String) async throws -> SignInOutcome {
         let hash = Self.tokenHash(token)
         let lifetime = Double(sessionLifetime.components.seconds)
         let logger = self.logger
@@ -145,14 +153,18 @@ public struct SessionStore: Sendable {
                 picture: profile.picture, hd: profile.hostedDomain)
             return .signedIn(token: token, expiresAt: expiresAt, user: user)
         }
+        // Committed: the token is valid from now on, whatever a check may have cached about it (see SessionMissCache).
+        if case .signedIn = result { misses.remove(hash) }
         return result
     }
 
-    /// The hot path of every API call the app makes: the cache, else one prepared statement.
+    /// The hot path of every API call the app makes: the cache, else one prepared statement. An unknown token is
+    /// remembered as such for a few seconds (SessionMissCache), so that repeating it costs the database nothing.
     public func lookup(token: String) async throws -> Lookup {
         let hash = Self.tokenHash(token)
         let now = Date()
         if let hit = cache?.lookup(hash, now: now) { return hit }
+        if misses.contains(hash) { return .invalid }
         return try await client.withConnection(timeout: databaseTimeout) { connection in
             try await self.lookupInDatabase(hash, now: now, on: connection)
         }
@@ -162,11 +174,14 @@ public struct SessionStore: Sendable {
         let epoch = cache?.currentEpoch()
         for try await row in try await connection.execute(LookupSession(hash: hash), logger: logger) {
             if row.revoked { return .revoked }
+            // Not remembered: a revocation may still reach an expired session, and its answer becomes session_revoked.
             guard row.expiresAt > now else { return .invalid }
             let valid = Lookup.valid(user: row.user, createdAt: row.createdAt, expiresAt: row.expiresAt, flags: row.flags)
             if let cache, let epoch { cache.store(hash, sub: row.user.sub, valid, readAt: epoch) }
             return valid
         }
+        // No such session at all: only sign-in makes one, under a token it mints (see SessionMissCache).
+        misses.insert(hash)
         return .invalid
     }
 

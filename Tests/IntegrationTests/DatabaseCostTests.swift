@@ -1,0 +1,161 @@
+import AsyncHTTPClient
+import DevTransmitter
+import Foundation
+import NIOCore
+import PostgresNIO
+@testable import RISC
+@testable import RISCStore
+import Synchronization
+import Testing
+
+/// A database of its own whose table statistics count only what a `serve` did: migrated by a client that has ended,
+/// and read once every other client has ended (a backend reports its counts when it exits; while it runs, only
+/// every one to ten seconds).
+struct CountedDatabase {
+    let url: String
+
+    static func with(_ body: @escaping @Sendable (CountedDatabase) async throws -> Void) async throws {
+        let logger = Harness.logger
+        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
+        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
+        let name = "risc_counted_\(UInt32.random(in: 0...UInt32.max))"
+        let url = adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?")
+        try await admin.whileRunning(timeout: .seconds(300)) { admin in
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
+            let result: Result<Void, any Error>
+            do {
+                let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
+                _ = try await client.whileRunning(timeout: .seconds(240)) { client in
+                    let migrations = Harness.repositoryRoot.appendingPathComponent("migrations").path
+                    try await Migrator(directory: migrations).migrate(client: client, logger: logger)
+                }
+                try await body(CountedDatabase(url: url))
+                result = .success(())
+            } catch {
+                result = .failure(error)
+            }
+            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+            try result.get()
+        }
+    }
+
+    /// Sequential and index scans of every table so far, once no other client is connected to the database.
+    func scans() async throws -> [String: Int] {
+        let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: Harness.logger)
+        return try await client.whileRunning(timeout: .seconds(60)) { client in
+            try await eventually("every other client of the database has gone", timeout: .seconds(30)) {
+                let others = try await client.query(
+                    """
+                    SELECT count(*)::int8 FROM pg_stat_activity
+                    WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+                    """
+                ).collect().first?.decode(Int64.self)
+                return others == 0
+            }
+            var scans: [String: Int] = [:]
+            let rows = try await client.query(
+                "SELECT relname::text, (coalesce(seq_scan, 0) + coalesce(idx_scan, 0))::int8 FROM pg_stat_user_tables")
+            for try await (name, count) in rows.decode((String, Int64).self) { scans[name] = Int(count) }
+            return scans
+        }
+    }
+
+    /// `serve` (with `arguments`) on this database beside a development transmitter; the scans of each table that
+    /// `body` caused, counted after `serve` has ended.
+    func scans(
+        of tables: [String], arguments: [String] = [], waitUntilReady: Bool = true,
+        _ body: @escaping @Sendable (ServeProcess) async throws -> Void
+    ) async throws -> [String: Int] {
+        let before = try await scans()
+        let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
+        let url = self.url
+        try await serving(transmitter) {
+            let serve = try ServeProcess.start(databaseURL: url, transmitter: transmitter, arguments: arguments)
+            defer { serve.stop() }
+            if waitUntilReady { try await serve.waitUntilReady() }
+            try await body(serve)
+        }
+        let after = try await scans()
+        return Dictionary(uniqueKeysWithValues: tables.map { ($0, (after[$0] ?? 0) - (before[$0] ?? 0)) })
+    }
+}
+
+@Suite("Unauthenticated requests cost the database little", .timeLimit(.minutes(3)))
+struct DatabaseCostTests {
+    @Test("50 checks of one unknown session token look it up in the database at most twice; each still answers invalid_session")
+    func unknownSessionToken() async throws {
+        try await CountedDatabase.with { database in
+            let unknown = "unknown-\(UUID().uuidString)"
+            let scans = try await database.scans(of: ["risc_sessions"]) { serve in
+                for _ in 0..<50 {
+                    let reply = try await serve.get("/v1/session", bearer: unknown)
+                    #expect(reply.status == 401 && reply.json["error"] == "invalid_session", "\(reply.status) \(reply.body)")
+                }
+            }
+            #expect((1...2).contains(scans["risc_sessions"] ?? 0), "risc_sessions was scanned \(scans["risc_sessions"] ?? 0) times")
+        }
+    }
+
+    @Test("A token remembered as unknown works as soon as sign-in creates it; the memory holds hashes only, and is bounded")
+    func signInAfterAMiss() async throws {
+        try await IsolatedDatabase.with { database in
+            let misses = SessionMissCache(maxEntries: 3)
+            let sessions = SessionStore(client: database.client, misses: misses, logger: Harness.logger)
+            // Sign-in mints its tokens, so no check can have seen one before; a token chosen here stands for one guessed.
+            let token = "guessed-\(UUID().uuidString)"
+            guard case .invalid = try await sessions.lookup(token: token) else {
+                Issue.record("an unknown token was not invalid")
+                return
+            }
+            #expect(misses.contains(SessionStore.tokenHash(token)))
+            let profile = GoogleIDToken.Profile(
+                sub: "miss-\(UUID().uuidString)", email: nil, emailVerified: nil, name: nil, picture: nil, hostedDomain: nil)
+            guard case .signedIn = try await sessions.signIn(profile, issuedAt: Date(), token: token) else {
+                Issue.record("the sign-in was refused")
+                return
+            }
+            guard case .valid(let user, _, _, _) = try await sessions.lookup(token: token) else {
+                Issue.record("the new session was hidden by the remembered miss")
+                return
+            }
+            #expect(user.sub == profile.sub)
+            for index in 0..<10 { _ = try await sessions.lookup(token: "unknown-\(index)") }
+            #expect(misses.count <= 3)
+        }
+    }
+
+    @Test("50 concurrent /readyz and 50 concurrent /metrics share database checks at most a second old")
+    func probes() async throws {
+        try await CountedDatabase.with { database in
+            let polls = Tally()
+            let scans = try await database.scans(of: ["schema_migrations", "risc_events"], arguments: ["--no-worker"], waitUntilReady: false) {
+                serve in
+                // Ready once the keys are loaded; every poll until then may check the database too.
+                try await eventually("serve is ready", timeout: .seconds(30)) {
+                    polls.value.withLock { $0 += 1 }
+                    return (try? await serve.get("/readyz"))?.status == 200
+                }
+                // Past the age of the last poll's check: the burst's first callers arrive together on a stale one.
+                try await Task.sleep(for: .milliseconds(1_100))
+                let answers = try await withThrowingTaskGroup(of: (String, Int).self) { group in
+                    for index in 0..<100 {
+                        group.addTask {
+                            let path = index.isMultiple(of: 2) ? "/readyz" : "/metrics"
+                            return (path, try await serve.get(path).status)
+                        }
+                    }
+                    return try await group.reduce(into: [(String, Int)]()) { $0.append($1) }
+                }
+                #expect(answers.allSatisfy { $0.1 == 200 }, "\(answers.filter { $0.1 != 200 })")
+            }
+            let startup = polls.value.withLock { $0 }
+            // /readyz reads schema_migrations once per check; /metrics reads risc_events once per check.
+            #expect((scans["schema_migrations"] ?? 0) <= startup + 2, "\(scans), \(startup) polls before the burst")
+            #expect((1...2).contains(scans["risc_events"] ?? 0), "\(scans)")
+        }
+    }
+}
+
+private final class Tally: Sendable {
+    let value = Mutex(0)
+}
