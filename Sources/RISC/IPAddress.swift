@@ -51,8 +51,8 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
 
     /// Never a subscriber's destination: link-local (cloud metadata services live there), unspecified, multicast
     /// and broadcast addresses, the metadata services outside link-local, and any IPv6 form that carries such an
-    /// IPv4 address (mapped, compatible, NAT64). Private and loopback addresses are allowed: the app's services
-    /// live there.
+    /// IPv4 address (mapped, translated, compatible, NAT64, 6to4, Teredo). Private and loopback addresses are
+    /// allowed: the app's services live there.
     public var isForbiddenDestination: Bool {
         switch self {
         case .v4(let address):
@@ -67,29 +67,39 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
             if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return true }  // fe80::/10: link-local
             if bytes[0] == 0xFF { return true }  // ff00::/8: multicast
             if Self.metadataV6.contains(bytes) { return true }
-            if let embedded { return embedded.isForbiddenDestination }
-            return false
+            return embedded.contains(where: \.isForbiddenDestination)
         }
     }
 
-    /// The IPv4 address inside an IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) or NAT64
-    /// (64:ff9b::a.b.c.d) IPv6 address, which reaches that IPv4 address.
-    var embedded: IPAddress? {
-        guard case .v6(let bytes) = self else { return nil }
-        let last = UInt32(bytes[12]) << 24 | UInt32(bytes[13]) << 16 | UInt32(bytes[14]) << 8 | UInt32(bytes[15])
+    /// The IPv4 addresses an IPv6 address reaches or carries: the last 32 bits of an IPv4-mapped (::ffff:a.b.c.d),
+    /// IPv4-translated (::ffff:0:a.b.c.d), IPv4-compatible (::a.b.c.d) or NAT64 (64:ff9b::a.b.c.d) address; bits
+    /// 16-48 of a 6to4 address (2002::/16); and both ends of a Teredo address (2001:0::/32): the server in bits
+    /// 32-64, the client in the last 32 bits, inverted.
+    var embedded: [IPAddress] {
+        guard case .v6(let bytes) = self else { return [] }
+        func v4(at index: Int) -> UInt32 {
+            UInt32(bytes[index]) << 24 | UInt32(bytes[index + 1]) << 16 | UInt32(bytes[index + 2]) << 8 | UInt32(bytes[index + 3])
+        }
+        let last = v4(at: 12)
         let mapped = bytes[0..<10].allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF
+        let translated = bytes[0..<8].allSatisfy { $0 == 0 } && bytes[8] == 0xFF && bytes[9] == 0xFF && bytes[10] == 0 && bytes[11] == 0
         let compatible = bytes[0..<12].allSatisfy { $0 == 0 } && last > 1  // not :: or ::1
         // 64:ff9b::/96, and the local-use 64:ff9b:1::/48 (RFC 8215), whose last 32 bits are the IPv4 address.
         let nat64 = Array(bytes[0..<12]) == [0x00, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]
             || Array(bytes[0..<6]) == [0x00, 0x64, 0xFF, 0x9B, 0x00, 0x01]
-        return mapped || compatible || nat64 ? .v4(last) : nil
+        if mapped || translated || compatible || nat64 { return [.v4(last)] }
+        if bytes[0] == 0x20 && bytes[1] == 0x02 { return [.v4(v4(at: 2))] }  // 6to4
+        if Array(bytes[0..<4]) == [0x20, 0x01, 0, 0] { return [.v4(v4(at: 4)), .v4(last ^ 0xFFFF_FFFF)] }  // Teredo
+        return []
     }
 
     /// Cloud metadata services outside 169.254.0.0/16: Alibaba Cloud's 100.100.100.200 and Azure's WireServer,
     /// 168.63.129.16.
     static let metadataV4: Set<UInt32> = [0x6464_64C8, 0xA83F_8110]
-    /// AWS's IPv6 metadata service, fd00:ec2::254.
-    static let metadataV6: Set<[UInt8]> = [[0xFD, 0, 0x0E, 0xC2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54]]
+    /// AWS's IPv6 instance metadata service, fd00:ec2::254, and fd00:ec2::23, another of its instance-local services.
+    static let metadataV6: Set<[UInt8]> = [
+        [0xFD, 0, 0x0E, 0xC2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54], [0xFD, 0, 0x0E, 0xC2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x23],
+    ]
 
     /// Names of cloud metadata services, refused whatever they resolve to.
     public static let metadataNames: Set<String> = ["metadata.google.internal", "metadata.goog"]

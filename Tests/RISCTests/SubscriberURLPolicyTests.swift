@@ -21,6 +21,34 @@ struct SubscriberURLPolicyTests {
     }
 
     @Test(
+        "IPv6 forms that carry a forbidden IPv4 address (6to4, Teredo, IPv4-translated) and AWS's IPv6 services are refused",
+        arguments: [
+            // 6to4 (2002::/16): bits 16-48 are the IPv4 address: 169.254.169.254, 224.0.0.1, 100.100.100.200, 0.0.0.0.
+            "https://[2002:a9fe:a9fe::1]/", "https://[2002:e000:1::1]/", "https://[2002:6464:64c8::]/", "https://[2002::1]/",
+            // Teredo (2001:0::/32): the client is the last 32 bits inverted (169.254.169.254, then 0.0.0.0), the
+            // server bits 32-64 (169.254.169.254, its client 10.0.0.1).
+            "https://[2001:0:4136:e378:8000:63bf:5601:5601]/", "https://[2001:0:4136:e378:8000:63bf:ffff:ffff]/",
+            "https://[2001:0:a9fe:a9fe:0:0:f5ff:fffe]/",
+            // IPv4-translated (::ffff:0:0:0/96).
+            "https://[::ffff:0:169.254.169.254]/", "https://[::ffff:0:a9fe:a9fe]/", "https://[::ffff:0:224.0.0.1]/",
+            // AWS's IPv6 instance metadata service, and fd00:ec2::23.
+            "https://[fd00:ec2::254]/", "https://[fd00:ec2::23]/", "https://[FD00:EC2:0::23]/",
+        ])
+    func embeddedIPv4Refused(url: String) {
+        #expect(URLPolicy.subscriberURLProblem(url) != nil, "\(url)")
+    }
+
+    @Test(
+        "The same forms carrying allowed IPv4 addresses stay allowed",
+        arguments: [
+            "https://[2002:a00:1::1]/", "https://[2002:c000:22d::1]/", "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+            "https://[::ffff:0:10.0.0.1]/", "https://[fd00:ec2::24]/",
+        ])
+    func embeddedIPv4Allowed(url: String) {
+        #expect(URLPolicy.subscriberURLProblem(url) == nil, "\(url)")
+    }
+
+    @Test(
         "Public names, private and loopback addresses are allowed: the app's services live there",
         arguments: [
             "https://hooks.example.com/risc", "https://10.0.0.7/hook", "https://192.168.1.10:8443/", "https://172.16.0.1/",
