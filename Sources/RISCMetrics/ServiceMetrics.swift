@@ -75,6 +75,12 @@ public enum ServiceMetrics {
         Counter(label: "risc_notifications_total", dimensions: [("outcome", outcome)]).increment(by: count)
     }
 
+    /// 1 while a subscriber's deliveries are paused because its secret cannot be opened with the vault keys this
+    /// dispatcher has (a wrong or missing RISC_VAULT_KEY), 0 once they resume.
+    public static func subscriberSecretUnopenable(subscriber: Int64, _ unopenable: Bool) {
+        Gauge(label: "risc_subscriber_secret_unopenable", dimensions: [("subscriber", String(subscriber))]).record(unopenable ? 1 : 0)
+    }
+
     /// One delivery attempt, from sending to the subscriber's answer (or the timeout).
     public static func notificationDuration(_ duration: Duration) {
         Timer(label: "risc_notification_delivery_duration_seconds", preferredDisplayUnit: .seconds).recordNanoseconds(duration.nanoseconds)

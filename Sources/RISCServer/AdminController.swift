@@ -95,6 +95,15 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         var secret: String
     }
 
+    /// 200 to rotate-secret: the new secret, and whether the old one still signs beside it.
+    struct SecretRotated: Encodable {
+        var id: Int64
+        var secret: String
+        var previousSecretKept: Bool
+
+        enum CodingKeys: String, CodingKey { case id, secret, previousSecretKept = "previous_secret_kept" }
+    }
+
     /// 202 to a replay: the event or notification waits again.
     struct Replayed: Encodable {
         var id: Int64
@@ -114,12 +123,14 @@ public struct AdminController<Context: AuthRequestContext<BearerIdentity>, Store
         return try JSONResponse.make(status: .created, encoding: SubscriberCreated(id: id, secret: subscriber.secret), headers: Self.noStore)
     }
 
-    /// 200 `{"id", "secret"}`: the new secret, shown this once; the old one signs beside it for 24 hours.
+    /// 200 `{"id", "secret", "previous_secret_kept"}`: the new secret, shown this once; the old one signs beside it
+    /// for 24 hours, unless it could not be opened (`previous_secret_kept` false).
     func rotateSecret(_ id: Int64) async throws -> Response {
-        guard let secret = try await Self.sealing({ try await store.rotateSubscriberSecret(id: id) }) else {
+        guard let rotation = try await Self.sealing({ try await store.rotateSubscriberSecret(id: id) }) else {
             throw APIError(.notFound, "not_found")
         }
-        return try JSONResponse.make(status: .ok, encoding: SubscriberCreated(id: id, secret: secret), headers: Self.noStore)
+        return try JSONResponse.make(
+            status: .ok, encoding: SecretRotated(id: id, secret: rotation.secret, previousSecretKept: rotation.previousKept), headers: Self.noStore)
     }
 
     /// An answer that shows a secret is kept by no cache.

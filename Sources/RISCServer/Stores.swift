@@ -44,7 +44,7 @@ public protocol AdminStore: Sendable {
     func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64
     func removeSubscriber(id: Int64) async throws -> Bool
     /// The new secret; nil for no such subscriber.
-    func rotateSubscriberSecret(id: Int64) async throws -> String?
+    func rotateSubscriberSecret(id: Int64) async throws -> NotificationStore.SecretRotation?
     func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage
     func notification(id: Int64) async throws -> NotificationRecord?
     func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome
@@ -71,7 +71,9 @@ public struct PostgresAdminStore: AdminStore {
     public func subscribers() async throws -> [SubscriberRecord] { try await outbox.subscribers() }
     public func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64 { try await outbox.add(subscriber) }
     public func removeSubscriber(id: Int64) async throws -> Bool { try await outbox.remove(subscriber: id) }
-    public func rotateSubscriberSecret(id: Int64) async throws -> String? { try await outbox.rotateSecret(subscriber: id) }
+    public func rotateSubscriberSecret(id: Int64) async throws -> NotificationStore.SecretRotation? {
+        try await outbox.rotateSecret(subscriber: id)
+    }
     public func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage { try await outbox.notifications(filter) }
     public func notification(id: Int64) async throws -> NotificationRecord? { try await outbox.notification(id: id) }
     public func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome { try await outbox.replay(id: id) }

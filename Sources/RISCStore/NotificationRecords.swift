@@ -15,11 +15,14 @@ public struct SubscriberRecord: Sendable, Equatable, Encodable {
     public var createdAt: Date
     public var pending: Int
     public var dead: Int
+    /// Why its deliveries are paused, or nil: its secret cannot be opened with the vault keys configured here. Its
+    /// notifications wait, their attempts uncounted, until the right key is configured or the secret rotated.
+    public var paused: String? = nil
 
     /// The URL with any user-info and query string redacted: what listings show.
     public var displayURL: String { URLPolicy.redacted(url) }
 
-    enum CodingKeys: String, CodingKey { case id, url, actions, configured, createdAt = "created_at", pending, dead }
+    enum CodingKeys: String, CodingKey { case id, url, actions, configured, createdAt = "created_at", pending, dead, paused }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
@@ -30,6 +33,7 @@ public struct SubscriberRecord: Sendable, Equatable, Encodable {
         try container.encode(createdAt, forKey: .createdAt)
         try container.encode(pending, forKey: .pending)
         try container.encode(dead, forKey: .dead)
+        try container.encode(paused, forKey: .paused)
     }
 }
 

@@ -98,32 +98,50 @@ public struct NotificationStore: Sendable {
             logger: logger)
     }
 
+    /// A subscriber's new secret, and whether the old one was kept to sign beside it.
+    public struct SecretRotation: Sendable, Equatable {
+        public let secret: String
+        /// False when the old secret could not be opened (sealed under a vault key no longer configured): there is
+        /// nothing to sign with beside the new one.
+        public let previousKept: Bool
+    }
+
     /// A new secret for subscriber `id`, returned (shown once); nil if there is none. The old one stays valid for
-    /// `previousSecretLifetime`: each delivery meanwhile carries both signatures. Its notifications are kept.
-    public func rotateSecret(subscriber id: Int64) async throws -> String? {
+    /// `previousSecretLifetime`: each delivery meanwhile carries both signatures. Its notifications are kept. An old
+    /// secret that cannot be opened (its vault key lost) is dropped: the new one is issued all the same, and the
+    /// deliveries held back for want of a secret go out signed with it.
+    public func rotateSecret(subscriber id: Int64) async throws -> SecretRotation? {
         let cipher = try requireCipher()
         return try await bounded { connection in
-            try await connection.transaction(logger: logger) { connection -> String? in
-                var current: String?
+            try await connection.transaction(logger: logger) { connection -> SecretRotation? in
+                var (exists, current): (Bool, String?) = (false, nil)
                 for try await (clear, sealed, keyID, configured) in try await connection.query(
                     "SELECT secret, secret_sealed, secret_key_id, configured FROM risc_subscribers WHERE id = \(id) FOR UPDATE", logger: logger
                 ).decode((String?, Data?, String?, Bool).self) {
                     // RISC_SUBSCRIBERS holds its secret: the next dispatcher to start would put that one back.
                     if configured { throw ConfiguredSubscriber() }
-                    current = try clear ?? cipher.open(sealed ?? Data(), keyID: keyID ?? "", subscriberID: id)
+                    exists = true
+                    current = clear ?? sealed.flatMap { try? cipher.open($0, keyID: keyID ?? "", subscriberID: id) }
                 }
-                guard let current else { return nil }
+                guard exists else { return nil }
                 let secret = StandardWebhook.generateSecret()
-                let (sealed, previous) = (try cipher.seal(secret, subscriberID: id), try cipher.seal(current, subscriberID: id))
+                let sealed = try cipher.seal(secret, subscriberID: id)
+                let previous = try current.map { try cipher.seal($0, subscriberID: id) }
                 try await connection.query(
                     """
                     UPDATE risc_subscribers
                        SET secret = NULL, secret_sealed = \(sealed), secret_key_id = \(cipher.currentKeyID),
-                           previous_secret_sealed = \(previous), previous_secret_key_id = \(cipher.currentKeyID),
-                           previous_secret_until = now() + make_interval(secs => \(Self.previousSecretLifetime))
+                           previous_secret_sealed = \(previous), previous_secret_key_id = \(previous == nil ? nil : cipher.currentKeyID),
+                           previous_secret_until = CASE WHEN \(previous)::bytea IS NOT NULL
+                                                        THEN now() + make_interval(secs => \(Self.previousSecretLifetime)) END
                      WHERE id = \(id)
                     """, logger: logger)
-                return secret
+                if current == nil {
+                    logger.warning(
+                        "A subscriber's old secret could not be opened: its new secret was issued without it",
+                        metadata: ["subscriber_id": "\(id)"])
+                }
+                return SecretRotation(secret: secret, previousKept: current != nil)
             }
         }
     }
@@ -222,15 +240,19 @@ public struct NotificationStore: Sendable {
                 """
                 SELECT s.id, s.url, s.actions, s.configured, s.created_at,
                        (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = \(NotificationStatus.pending))::int8,
-                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = \(NotificationStatus.dead))::int8
+                       (SELECT count(*) FROM risc_notifications n WHERE n.subscriber_id = s.id AND n.status = \(NotificationStatus.dead))::int8,
+                       s.secret, s.secret_sealed, s.secret_key_id
                 FROM risc_subscribers s ORDER BY s.id
                 """, logger: logger)
-            for try await (id, url, actions, configured, createdAt, pending, dead) in rows.decode(
-                (Int64, String, [ActionKind]?, Bool, Date, Int64, Int64).self)
+            for try await (id, url, actions, configured, createdAt, pending, dead, clear, sealed, keyID) in rows.decode(
+                (Int64, String, [ActionKind]?, Bool, Date, Int64, Int64, String?, Data?, String?).self)
             {
+                // Judged with this process's keys, as a dispatcher configured alike judges it.
+                let paused = openSecret(clear: clear, sealed: sealed, keyID: keyID, subscriber: id).problem
                 found.append(
                     SubscriberRecord(
-                        id: id, url: url, actions: actions, configured: configured, createdAt: createdAt, pending: Int(pending), dead: Int(dead)))
+                        id: id, url: url, actions: actions, configured: configured, createdAt: createdAt, pending: Int(pending), dead: Int(dead),
+                        paused: paused))
             }
             return found
         }
@@ -371,14 +393,48 @@ public struct NotificationStore: Sendable {
         public let traceparent: String?
     }
 
-    /// The subscribers' ids, for the dispatcher's claims one subscriber at a time.
-    public func subscriberIDs() async throws -> [Int64] {
+    /// A subscriber as a dispatcher sees it (it claims one subscriber at a time): whether its secret can be opened here.
+    public struct DeliveryTarget: Sendable, Equatable {
+        public let id: Int64
+        /// Why its sealed secret cannot be opened with this process's vault keys; nil when it can (or is in clear).
+        public let secretProblem: String?
+    }
+
+    /// Every subscriber, and whether its secret opens here: a dispatcher takes no notification of one whose secret
+    /// does not (it could not sign them), and reports it.
+    public func deliveryTargets() async throws -> [DeliveryTarget] {
         try await bounded { connection in
-            var ids: [Int64] = []
-            for try await id in try await connection.query("SELECT id FROM risc_subscribers ORDER BY id", logger: logger).decode(Int64.self) {
-                ids.append(id)
+            var targets: [DeliveryTarget] = []
+            for try await (id, clear, sealed, keyID) in try await connection.query(
+                "SELECT id, secret, secret_sealed, secret_key_id FROM risc_subscribers ORDER BY id", logger: logger
+            ).decode((Int64, String?, Data?, String?).self) {
+                targets.append(DeliveryTarget(id: id, secretProblem: openSecret(clear: clear, sealed: sealed, keyID: keyID, subscriber: id).problem))
             }
-            return ids
+            return targets
+        }
+    }
+
+    /// A subscriber's secret, opened, or why it cannot be: sealed under a vault key this process does not have, or
+    /// sealed with RISC_VAULT_KEY not set here. Never the secret in the reason.
+    func openSecret(clear: String?, sealed: Data?, keyID: String?, subscriber id: Int64) -> (secret: String?, problem: String?) {
+        guard let sealed else { return (clear, nil) }
+        guard let cipher else { return (nil, "the subscriber's secret is sealed and RISC_VAULT_KEY is not set") }
+        guard let secret = try? cipher.open(sealed, keyID: keyID ?? "", subscriberID: id) else {
+            return (nil, "the subscriber's secret cannot be opened with the configured vault keys")
+        }
+        return (secret, nil)
+    }
+
+    /// Gives back a notification taken for delivery but not sent (its subscriber's secret could not be opened): its
+    /// attempt is not counted, and it is due again at once, for a dispatcher that can open the secret. Only while
+    /// that attempt still holds the row.
+    public func release(_ delivery: Delivery) async throws {
+        try await bounded { connection in
+            _ = try await connection.query(
+                """
+                UPDATE risc_notifications SET attempts = attempts - 1, next_attempt_at = now()
+                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
+                """, logger: logger)
         }
     }
 

@@ -16,8 +16,11 @@ import Tracing
 /// connections: a slow or unreachable subscriber holds up only its own notifications. Any number of dispatchers
 /// may run, in this process or others, as each takes only what no other holds.
 /// Before each delivery the subscriber's host is resolved and every address checked (`IPAddress`); the connection
-/// goes to the address checked, so a name that resolves elsewhere a moment later cannot redirect it. On graceful shutdown it takes nothing new and lets
-/// the deliveries in flight finish; one cut short is sent again once its lease ends.
+/// goes to the address checked, so a name that resolves elsewhere a moment later cannot redirect it. A subscriber whose
+/// secret cannot be opened (a wrong or missing vault key) is paused, not failed: its notifications wait with their
+/// attempts uncounted, reported in the log and a metric, until the key is configured or the secret rotated.
+/// On graceful shutdown it takes nothing new and lets the deliveries in flight finish; one cut short is sent again
+/// once its lease ends.
 /// Successful deliveries are recorded together, by the loop, just before it takes more: one UPDATE for many
 /// instead of one each. A user's next notification is taken only after that (its order holds); a dispatcher that
 /// dies before recording sends those again after their lease (at least once, with the same webhook-id).
@@ -58,8 +61,10 @@ public final class NotificationDispatcher: Service, Sendable {
     /// Delivered (id and attempt), not yet recorded.
     private let delivered = Mutex<[(id: Int64, attempt: Int)]>([])
     private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
-    /// The subscribers' ids, and when they were read.
+    /// The ids of the subscribers to deliver to, and when they were read.
     private let subscriberList = Mutex<(ids: [Int64], readAt: ContinuousClock.Instant)?>(nil)
+    /// Subscribers paused because their secret cannot be opened here.
+    private let paused = Mutex<Set<Int64>>([])
 
     public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
         self.client = client
@@ -178,12 +183,36 @@ public final class NotificationDispatcher: Service, Sendable {
         }
     }
 
-    /// The subscribers, read again at most once per poll interval: not one more query for every wake-up.
+    /// The subscribers to deliver to, read again at most once per poll interval: not one more query for every
+    /// wake-up. Those whose secret cannot be opened are left out (paused) and reported when that starts and ends.
     private func subscriberIDs() async throws -> [Int64] {
         let now = ContinuousClock.now
         if let (ids, readAt) = subscriberList.withLock({ $0 }), now - readAt < settings.pollInterval { return ids }
-        let ids = try await store.subscriberIDs()
-        connections.keepOnly(Set(ids))
+        let targets = try await store.deliveryTargets()
+        connections.keepOnly(Set(targets.map(\.id)))
+        let unopenable = Dictionary(uniqueKeysWithValues: targets.compactMap { target in target.secretProblem.map { (target.id, $0) } })
+        let (newlyPaused, resumed) = paused.withLock { paused in
+            let newlyPaused = unopenable.keys.filter { !paused.contains($0) }
+            let resumed = paused.subtracting(unopenable.keys)
+            paused = Set(unopenable.keys)
+            return (newlyPaused, resumed)
+        }
+        for id in newlyPaused.sorted() {
+            ServiceMetrics.subscriberSecretUnopenable(subscriber: id, true)
+            logger.error(
+                """
+                Deliveries to a subscriber are paused: its secret cannot be opened. Its notifications wait, their attempts \
+                uncounted; configure the vault key it was sealed with, or rotate its secret
+                """,
+                metadata: ["subscriber_id": "\(id)", "error": "\(unopenable[id] ?? "")"])
+        }
+        let present = Set(targets.map(\.id))
+        for id in resumed.sorted() {
+            ServiceMetrics.subscriberSecretUnopenable(subscriber: id, false)
+            // A removed subscriber is not resumed: it is gone.
+            if present.contains(id) { logger.info("Deliveries to a subscriber resume: its secret opens", metadata: ["subscriber_id": "\(id)"]) }
+        }
+        let ids = targets.filter { $0.secretProblem == nil }.map(\.id)
         subscriberList.withLock { $0 = (ids, now) }
         return ids
     }
@@ -235,21 +264,24 @@ public final class NotificationDispatcher: Service, Sendable {
             "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
             "attempt": "\(delivery.attempt)",
         ]
+        if let problem = delivery.secretProblem {
+            // Taken in the moment its secret changed (the list of subscribers said it opened): not an attempt.
+            span?.attributes["risc.delivery.outcome"] = "paused"
+            return await release(delivery, problem: problem, metadata: metadata)
+        }
         let started = ContinuousClock.now
         var failure: String?
         let http: HTTPClient?
         switch await SubscriberAddresses.check(url: delivery.url, resolve: settings.resolve) {
         case .refused(let reason):
             (http, failure) = (nil, reason)
-        case .connect(let host, let address):
-            http = connections.client(subscriber: delivery.subscriberID, host: host, pinnedTo: address)
+        case .connect(let host, let addresses):
+            http = connections.client(subscriber: delivery.subscriberID, host: host, addresses: addresses)
         }
         // The current secret signs; one rotated out in the last 24 hours signs beside it, so a subscriber still
         // checking with the old one keeps accepting while it changes over.
         let keys = [delivery.secret, delivery.previousSecret].compactMap { $0.flatMap(StandardWebhook.key(secret:)) }
-        if failure == nil, let problem = delivery.secretProblem {
-            failure = problem
-        } else if let http, delivery.secret.flatMap(StandardWebhook.key(secret:)) != nil {
+        if failure == nil, let http, delivery.secret.flatMap(StandardWebhook.key(secret:)) != nil {
             let body = Array(delivery.notification.body.serialized.utf8)
             var request = HTTPClientRequest(url: delivery.url)
             request.method = .POST
@@ -289,6 +321,21 @@ public final class NotificationDispatcher: Service, Sendable {
             // The row stays taken until its lease ends, then is sent again: at least once.
             logger.warning(
                 "Could not record a delivery's outcome; it will be sent again",
+                metadata: metadata.merging(["error": "\(DatabaseErrors.describe(error))"]) { $1 })
+        }
+    }
+
+    /// Gives a notification back untried: its subscriber's secret cannot be opened, which no retry would change. The
+    /// subscriber is paused from the next read of the list.
+    private func release(_ delivery: NotificationStore.Delivery, problem: String, metadata: Logger.Metadata) async {
+        subscriberList.withLock { $0 = nil }
+        do {
+            try await store.release(delivery)
+            logger.warning(
+                "A notification was not sent: its subscriber's secret cannot be opened", metadata: metadata.merging(["error": "\(problem)"]) { $1 })
+        } catch {
+            logger.warning(
+                "Could not give back a notification not sent; it is due again after its lease",
                 metadata: metadata.merging(["error": "\(DatabaseErrors.describe(error))"]) { $1 })
         }
     }

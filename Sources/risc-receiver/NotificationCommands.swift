@@ -70,6 +70,9 @@ struct SubscribersList: AsyncParsableCommand {
                     String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
                 ]
             }))
+        for subscriber in subscribers {
+            if let paused = subscriber.paused { print("Subscriber \(subscriber.id): delivery paused: \(paused)") }
+        }
     }
 }
 
@@ -77,17 +80,31 @@ struct SubscribersRotateSecret: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rotate-secret",
         abstract: "Give a subscriber a new secret; prints it (shown this once). The old one signs beside it for 24 hours.",
-        discussion: EnvironmentHelp.database)
+        discussion: """
+            An old secret that cannot be opened (sealed under a vault key no longer configured) is dropped: the new \
+            one is issued all the same and signs alone, and deliveries paused for want of the secret resume.
+
+            """ + EnvironmentHelp.database)
     @Argument(help: "The subscriber id.") var id: Int64
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
         let id = self.id
-        guard let secret = try await options.withNotifications({ store in try await store.rotateSecret(subscriber: id) }) else {
+        guard let rotation = try await options.withNotifications({ store in try await store.rotateSecret(subscriber: id) }) else {
             throw Bootstrap.fail("no subscriber \(id)")
         }
-        if options.json { return options.printJSON(["id": .number(Double(id)), "secret": .string(secret)]) }
-        print("Subscriber \(id) has a new secret (shown once; the old one also signs deliveries for 24 hours): \(secret)")
+        if options.json {
+            return options.printJSON([
+                "id": .number(Double(id)), "secret": .string(rotation.secret), "previous_secret_kept": .bool(rotation.previousKept),
+            ])
+        }
+        if rotation.previousKept {
+            print("Subscriber \(id) has a new secret (shown once; the old one also signs deliveries for 24 hours): \(rotation.secret)")
+        } else {
+            print(
+                "Subscriber \(id) has a new secret (shown once; the old one could not be opened with the vault keys configured, "
+                    + "so it signs nothing more: give the subscriber the new one now): \(rotation.secret)")
+        }
     }
 }
 

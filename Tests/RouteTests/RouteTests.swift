@@ -30,7 +30,7 @@ struct RouteTests {
         func subscribers() async throws -> [SubscriberRecord] { try fail(); return [] }
         func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64 { try fail(); return 42 }
         func removeSubscriber(id: Int64) async throws -> Bool { try fail(); return false }
-        func rotateSubscriberSecret(id: Int64) async throws -> String? { try fail(); return nil }
+        func rotateSubscriberSecret(id: Int64) async throws -> NotificationStore.SecretRotation? { try fail(); return nil }
         func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage { try fail(); throw NotInThisFake() }
         func notification(id: Int64) async throws -> NotificationRecord? { try fail(); return nil }
         func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome { try fail(); return .pending }
