@@ -98,6 +98,24 @@ public enum DatabaseURL {
         return configuration
     }
 
+    /// The pool of a long-running process (`serve`, `worker`): as `configuration(from:)`, and PostgreSQL itself ends any
+    /// statement of its sessions that runs past `statementTimeout`. The service bounds its own wait on every call, but
+    /// a statement it gave up on runs on in the server (a client that left is noticed only when the server next
+    /// writes to it), holding its locks and a connection slot. The bound must be longer than any wait of the
+    /// service's own (`minimumStatementTimeout`), so that it never ends a statement the service still waits for.
+    /// Not for `migrate`: building an index on a large table may rightly take longer.
+    public static func serviceConfiguration(from url: String, statementTimeout: Duration = minimumStatementTimeout) throws
+        -> PostgresClient.Configuration
+    {
+        var configuration = try configuration(from: url)
+        let milliseconds = max(statementTimeout, minimumStatementTimeout).components.seconds * 1000
+        configuration.options.additionalStartupParameters.append(("statement_timeout", String(milliseconds)))
+        return configuration
+    }
+
+    /// Twice the longest bound the service sets on a call of its own (the admin stats' counts, 60 s).
+    public static let minimumStatementTimeout: Duration = .seconds(120)
+
     /// TCP keepalives and a user timeout for the server's side of each connection: when this process's host
     /// vanishes, PostgreSQL drops its connections within about 30 s, and with them their locks and open
     /// transactions. (This side's socket is not reachable through postgres-nio; `withConnection(timeout:)` bounds

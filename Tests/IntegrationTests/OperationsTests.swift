@@ -10,6 +10,19 @@ import Testing
 
 @Suite("Operations: readiness, metrics, logs, shutdown, configuration", .timeLimit(.minutes(3)))
 struct OperationsTests {
+    @Test("The pools of serve and worker carry PostgreSQL's own statement_timeout: twice the longest wait, never under 2 minutes")
+    func statementTimeout() async throws {
+        let url = Harness.environment("RISC_TEST_DATABASE_URL")
+        for (bound, expected) in [(Duration.seconds(10), "2min"), (.seconds(600), "10min")] {
+            let client = PostgresClient(
+                configuration: try DatabaseURL.serviceConfiguration(from: url, statementTimeout: bound), backgroundLogger: Harness.logger)
+            let shown = try await client.whileRunning { client in
+                try await client.query("SHOW statement_timeout").collect().first?.decode(String.self)
+            }
+            #expect(shown == expected)
+        }
+    }
+
     @Test("/readyz names what is missing until the keys load, then answers 200")
     func readiness() async throws {
         var options = Harness.Options()
