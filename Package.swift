@@ -107,6 +107,9 @@ let package = Package(
             dependencies: [
                 "RISC", "RISCKeys", "RISCStore", "RISCMetrics", "RISCConfiguration",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                // The connection cap's delegate (MaximumAvailableConnections), and the listening channel's options.
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "HummingbirdAuth", package: "hummingbird-auth"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

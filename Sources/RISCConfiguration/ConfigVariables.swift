@@ -182,9 +182,17 @@ public enum ConfigVariables {
         "RISC_IDLE_TIMEOUT", default: 30,
         help: "seconds a connection may send nothing, mid-request or between requests, before it is closed")
 
+    /// Unset, `ServiceConfiguration.defaultMaxConnections` derives it from the descriptor limit.
+    public static let maxConnections = ConfigVariable<Int>(
+        "RISC_MAX_CONNECTIONS", default: .unset,
+        help: "client connections held at once; at the cap the server accepts no more until one closes, and serves those it holds",
+        rule: "must be a number from 1 to 1000000",
+        note: "the file-descriptor limit less a reserve for the database and outbound calls: limit − (database pool + 128 + 3 per event loop)"
+    ) { (1...1_000_000).contains($0) }
+
     public static let shutdownTimeout = seconds(
         "RISC_SHUTDOWN_TIMEOUT", default: 10,
-        help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (`serve` and `worker`)")
+        help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (`serve` and `worker`; should that not end it either, it exits 1 five seconds later)")
 
     public static let databaseTimeout = seconds(
         "RISC_DATABASE_TIMEOUT", default: 5,

@@ -52,6 +52,8 @@ public struct ServiceConfiguration: Sendable {
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
     public var sessionCache = ConfigVariables.sessionCache.defaultValue
     public var idleTimeoutSeconds = ConfigVariables.idleTimeout.defaultValue
+    /// Client connections held at once (RISC_MAX_CONNECTIONS); nil for `defaultMaxConnections`.
+    public var maxConnections: Int?
     /// How long a request waits for the database before answering 503 (RISC_DATABASE_TIMEOUT).
     public var databaseTimeoutSeconds = ConfigVariables.databaseTimeout.defaultValue
     public var logLevel = ConfigVariables.logLevel.defaultValue
@@ -78,6 +80,19 @@ public struct ServiceConfiguration: Sendable {
         if verifyIntervalSeconds > 0, deliveryURL == nil {
             throw Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
         }
+    }
+
+    /// Descriptors `serve` keeps for everything but client connections: the database pool's, 128 for outbound
+    /// calls (key fetches, Google's OAuth and management APIs, subscribers' webhooks, the trace exporter), the
+    /// standard streams, the listening socket and files, and 3 for each event loop (its epoll, eventfd and timerfd).
+    public static func descriptorReserve(databaseConnections: Int, eventLoops: Int) -> Int {
+        databaseConnections + 128 + 3 * eventLoops
+    }
+
+    /// RISC_MAX_CONNECTIONS when unset: the descriptor limit (the soft one, once raised to the hard) less the
+    /// reserve, so that a flood of clients cannot take the descriptors the database and outbound calls need.
+    public static func defaultMaxConnections(fileDescriptorLimit: Int, databaseConnections: Int, eventLoops: Int) -> Int {
+        max(1, fileDescriptorLimit - descriptorReserve(databaseConnections: databaseConnections, eventLoops: eventLoops))
     }
 
     /// Every variable with its effective value, in order, secrets replaced by `<redacted>` and the database
@@ -132,6 +147,7 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),
         Setting(ConfigVariables.sessionCache, \.sessionCache),
         Setting(ConfigVariables.idleTimeout, \.idleTimeoutSeconds),
+        Setting(ConfigVariables.maxConnections, \.maxConnections),
         Setting(ConfigVariables.shutdownTimeout, \.worker.shutdownTimeoutSeconds),
         Setting(ConfigVariables.databaseTimeout, \.databaseTimeoutSeconds),
         Setting(ConfigVariables.logLevel, \.logLevel),

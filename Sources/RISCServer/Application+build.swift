@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Hummingbird
+import HummingbirdCore
 import Logging
 import PostgresNIO
 import RISC
@@ -54,10 +55,20 @@ public func buildApplication(
         // A client that stalls, mid-request or between requests, loses its connection: it cannot hold one (or a
         // graceful shutdown) open for ever.
         server: .http1(configuration: .init(idleTimeout: .milliseconds(Int64(configuration.idleTimeoutSeconds * 1000)))),
-        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+        // At the cap the listening socket is not read (no accept, no spin) until a connection closes; those open are
+        // served all the while. The cap leaves descriptors for the database and outbound calls.
+        configuration: .init(
+            address: .hostname(configuration.host, port: configuration.port), serverName: nil,
+            availableConnectionsDelegate: MaximumAvailableConnections(
+                connectionCap(configuration: configuration, databaseConnections: dependencies.databaseConnections), logger: logger)),
         services: [dependencies.postgres, dependencies.inbox, KeyWarmup(keys: [dependencies.transmitterKeys, dependencies.identityProvider])]
             + (dependencies.sessionCache.map { [$0] } ?? []) + extraServices,
-        onServerRunning: onServerRunning,
+        onServerRunning: { channel in
+            // Should the descriptors run out all the same (the cap set above the limit, descriptors held elsewhere),
+            // accept waits for one instead of spinning.
+            await AcceptPauseHandler.install(on: channel, logger: logger)
+            await onServerRunning(channel)
+        },
         logger: logger
     )
 }

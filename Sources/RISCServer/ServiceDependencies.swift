@@ -9,6 +9,8 @@ import RISCStore
 /// The parts of the service that outlive one request, built once from the configuration.
 public struct ServiceDependencies: Sendable {
     public let postgres: PostgresClient
+    /// The most connections `postgres` opens: descriptors the connection cap leaves free.
+    public let databaseConnections: Int
     public let inbox: EventInbox
     public let transmitterKeys: IssuerKeys
     public let setPolicy: SETPolicy
@@ -37,8 +39,10 @@ public struct ServiceDependencies: Sendable {
         var inboxSettings = inboxSettings
         inboxSettings.commitTimeout = databaseTimeout
         inboxSettings.enforce = configuration.worker.enforce
-        var postgresConfiguration = try DatabaseURL.configuration(from: configuration.databaseURL)
-        postgresConfiguration.options.maximumConnections = max(20, inboxSettings.flushers * 2)
+        // Twice the longest a request waits, and never less than the pool's floor.
+        var postgresConfiguration = try DatabaseURL.serviceConfiguration(from: configuration.databaseURL, statementTimeout: databaseTimeout * 2)
+        databaseConnections = max(20, inboxSettings.flushers * 2)
+        postgresConfiguration.options.maximumConnections = databaseConnections
         postgres = PostgresClient(configuration: postgresConfiguration, backgroundLogger: DatabaseURL.poolLogger(logger))
         let sessionCache = configuration.sessionCache ? SessionCache(client: postgres, logger: logger) : nil
         self.sessionCache = sessionCache

@@ -47,6 +47,8 @@ struct Serve: AsyncParsableCommand {
             throw Bootstrap.fail(Self.cannotListen(errno: errno, host: configuration.host, port: configuration.port))
         }
         let logger = Bootstrap.logger("risc-receiver", level: configuration.logLevel, format: configuration.logFormat)
+        // Before the server derives its connection cap from it.
+        FileDescriptorLimit.raise(logger: logger)
         // Before anything makes spans. (The HTTP clients turn AsyncHTTPClient's spans off themselves.)
         let tracing = try TraceExport.start(logger: logger)
         // With its worker, this process also applies each new event as it stores it; with --no-worker, workers do.
@@ -71,6 +73,7 @@ struct Serve: AsyncParsableCommand {
         if expected == nil {
             logger.warning("The migrations directory was not found; /readyz cannot tell whether the schema is current")
         }
+        logConnectionCap(configuration: configuration, dependencies: dependencies, logger: logger)
         let app = buildApplication(
             configuration: configuration, dependencies: dependencies, logger: logger, expectedSchema: expected,
             extraServices: worker, onServerRunning: { _ in listening.continuation.finish() })
@@ -164,9 +167,11 @@ struct Worker: AsyncParsableCommand {
             try WorkerConfiguration(reader: reader)
         }
         let logger = try await Bootstrap.logger("risc-receiver.worker", file: config.file)
+        // Subscribers' webhooks and the database pool draw on it.
+        FileDescriptorLimit.raise(logger: logger)
         let tracing = try TraceExport.start(logger: logger)
         let postgres = PostgresClient(
-            configuration: try DatabaseURL.configuration(from: configuration.databaseURL), backgroundLogger: DatabaseURL.poolLogger(logger))
+            configuration: try DatabaseURL.serviceConfiguration(from: configuration.databaseURL), backgroundLogger: DatabaseURL.poolLogger(logger))
         var factory = BackgroundServices(configuration)
         factory.worker.batchSize = batchSize
         factory.worker.concurrency = concurrency

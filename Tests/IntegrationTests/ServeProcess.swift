@@ -64,9 +64,10 @@ struct ServeProcess {
 
     /// Starts `serve` against `transmitter` (running in this process) on a free port; `stop()` ends it. Several may
     /// share one database.
+    /// `launcher` runs the binary (`["/usr/bin/prlimit", "--nofile=256:256"]`), and must exec it, keeping the pid.
     static func start(
         databaseURL: String, transmitter: DevTransmitter, port: Int = freePort(), environment extra: [String: String] = [:],
-        arguments: [String] = []
+        arguments: [String] = [], launcher: [String] = []
     ) throws -> ServeProcess {
         let secretFile = FileManager.default.temporaryDirectory.appendingPathComponent("client-secret-\(UUID().uuidString).json").path
         #expect(FileManager.default.createFile(atPath: secretFile, contents: Data(transmitter.clientSecretFile().serialized.utf8)))
@@ -81,7 +82,8 @@ struct ServeProcess {
         ]
         environment.merge(extra) { _, new in new }
         let logFile = FileManager.default.temporaryDirectory.appendingPathComponent("serve-\(UUID().uuidString).log").path
-        let process = try ChildProcess.spawn(riscReceiverBinary, ["serve"] + arguments, environment: environment, outputFile: logFile)
+        let command = launcher + [riscReceiverBinary, "serve"] + arguments
+        let process = try ChildProcess.spawn(command[0], Array(command.dropFirst()), environment: environment, outputFile: logFile)
         return ServeProcess(process: process, url: "http://127.0.0.1:\(port)", logFile: logFile, databaseURL: databaseURL, secretFile: secretFile)
     }
 
