@@ -9,7 +9,6 @@ import RISCServer
 import RISCStore
 import ServiceLifecycle
 import SystemPackage
-import UnixSignals
 
 /// `--config FILE`: an optional JSON or YAML file of the same variables as the environment.
 struct ConfigFileOption: ParsableArguments {
@@ -78,7 +77,7 @@ enum Bootstrap {
         do {
             return try read(reader)
         } catch {
-            FileHandle.standardError.write(Data("risc-receiver: configuration error: \(error)\n".utf8))
+            StandardErrorWriter.shared.write("risc-receiver: configuration error: \(error)\n")
             throw ExitCode(2)
         }
     }
@@ -92,28 +91,20 @@ enum Bootstrap {
 
     /// Runs long-lived services until SIGTERM or SIGINT. The services drain gracefully; after `shutdownTimeout`
     /// seconds whatever is still running (a client that stalls mid-request holds its connection) is cancelled.
-    /// Should anything ignore the cancellation too, the process exits 0 five seconds later all the same:
-    /// everything acknowledged is already committed, so ending is always safe, and hanging never is.
+    /// Should anything ignore the cancellation too, the process exits five seconds later all the same, with status
+    /// 1 (`ShutdownDeadline`): everything acknowledged is already committed, so ending is always safe, and hanging
+    /// never is.
     static func runUntilSignalled(
         _ services: [ServiceGroupConfiguration.ServiceConfiguration], shutdownTimeout: Double, logger: Logger
     ) async throws {
         var configuration = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         configuration.maximumGracefulShutdownDuration = .milliseconds(Int64(shutdownTimeout * 1000))
-        try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask {
-                for await _ in await UnixSignalsSequence(trapping: .sigterm, .sigint) {
-                    try await Task.sleep(for: .milliseconds(Int64(shutdownTimeout * 1000) + 5000))
-                    logger.error("Shutdown did not finish after RISC_SHUTDOWN_TIMEOUT plus 5 s; exiting")
-                    exit(0)
-                }
-            }
-            do {
-                try await ServiceGroup(configuration: configuration).run()
-            } catch is CancellationError {
-                logger.warning("Shutdown took longer than RISC_SHUTDOWN_TIMEOUT; unfinished work was cancelled")
-            }
-            tasks.cancelAll()
+        ShutdownDeadline.arm(seconds: shutdownTimeout + 5)
+        do {
+            try await ServiceGroup(configuration: configuration).run()
+        } catch is CancellationError {
+            logger.warning("Shutdown took longer than RISC_SHUTDOWN_TIMEOUT; unfinished work was cancelled")
         }
     }
 
@@ -133,7 +124,7 @@ enum Bootstrap {
     }
 
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {
-        FileHandle.standardError.write(Data("risc-receiver: \(message)\n".utf8))
+        StandardErrorWriter.shared.write("risc-receiver: \(message)\n")
         return ExitCode(code)
     }
 }

@@ -29,7 +29,7 @@ struct JSONLogHandler: LogHandler {
         guard var data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
         else { return }
         data.append(0x0A)
-        FileHandle.standardError.write(data)
+        StandardErrorWriter.shared.write(data)
     }
 
     static func plain(_ value: Logger.Metadata.Value) -> Any {

@@ -26,6 +26,8 @@ struct RiscReceiver: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
+            // ArgumentParser writes its message to standard error itself: after the log lines still waiting.
+            StandardErrorWriter.shared.flush()
             let code = exitCode(for: error)
             if code == .validationFailure {
                 // Prints the usage message exactly as ArgumentParser would, then exits 2.

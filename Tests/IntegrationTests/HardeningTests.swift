@@ -1,5 +1,7 @@
+import AsyncHTTPClient
 import DevTransmitter
 import Foundation
+import NIOCore
 import PostgresNIO
 import RISC
 import RISCStore
@@ -521,6 +523,61 @@ struct SlowSenderTests {
             #expect(first != nil && first! < .seconds(6), "a stalled request line kept its connection: \(String(describing: first))")
             #expect(second != nil && second! < .seconds(6), "a stalled body kept its connection: \(String(describing: second))")
             #expect(try await serve.get("/healthz").status == 200)
+        }
+    }
+
+    @Test("A log pipe that nobody reads stops nothing: requests are still answered; SIGTERM then ends the process within RISC_SHUTDOWN_TIMEOUT plus 5 s, exit 1")
+    func stalledLogPipe() async throws {
+        // A log collector that stops reading (a container runtime's blocking log mode does this when it falls behind):
+        // a thread that writes to it blocks in write(2).
+        let pipe = FileManager.default.temporaryDirectory.appendingPathComponent("serve-log-\(UUID().uuidString)").path
+        #expect(mkfifo(pipe, 0o600) == 0)
+        let reader = open(pipe, O_RDONLY | O_NONBLOCK)  // holds the pipe open, and never reads
+        #expect(reader >= 0)
+        defer {
+            close(reader)
+            unlink(pipe)
+        }
+        try await IsolatedDatabase.with { database in
+            let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
+            try await serving(transmitter) {
+                let serve = try ServeProcess.start(
+                    databaseURL: database.url, transmitter: transmitter, environment: ["RISC_SHUTDOWN_TIMEOUT": "1"],
+                    launcher: ["/bin/sh", "-c", "exec \"$@\" > '\(pipe)' 2>&1", "sh"])
+                defer { serve.stop() }
+                try await serve.waitUntilReady()
+                // Each rejected SET logs a line (about 200 bytes): far more than the pipe holds (64 KiB).
+                var answered = 0
+                for _ in 0..<1500 {
+                    var request = HTTPClientRequest(url: serve.url + "/risc/events")
+                    request.method = .POST
+                    request.headers.add(name: "Connection", value: "close")
+                    request.body = .bytes(ByteBuffer(string: "not a SET"))
+                    guard let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(5)), response.status == .badRequest
+                    else { break }
+                    answered += 1
+                }
+                #expect(answered == 1500, "a request went unanswered once the log pipe filled")
+                var waiting: Int32 = 0
+                #expect(ioctl(reader, UInt(FIONREAD), &waiting) == 0)
+                let capacity = fcntl(reader, 1032)  // F_GETPIPE_SZ, which Glibc does not export to Swift
+                #expect(capacity > 0 && waiting >= capacity - 4096, "the pipe is full: \(waiting) of \(capacity) bytes wait in it")
+                // Still serving: health, and a SET is stored.
+                #expect(try await serve.get("/healthz").status == 200)
+                let set = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: "logless-\(UUID().uuidString)"))
+                var post = HTTPClientRequest(url: serve.url + "/risc/events")
+                post.method = .POST
+                post.body = .bytes(ByteBuffer(string: set))
+                #expect(try await HTTPClient.shared.execute(post, timeout: .seconds(10)).status == .accepted)
+
+                // The last lines can never be written: the process ends all the same, and says it did not finish.
+                let signalled = ContinuousClock.now
+                serve.process.kill(SIGTERM)
+                let status = try await serve.process.wait(timeout: .seconds(40))
+                let took = ContinuousClock.now - signalled
+                #expect(status == 1, "exit status \(status) after \(took)")
+                #expect(took < .seconds(15), "SIGTERM took \(took)")
+            }
         }
     }
 
