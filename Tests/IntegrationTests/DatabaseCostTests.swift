@@ -15,27 +15,14 @@ struct CountedDatabase {
     let url: String
 
     static func with(_ body: @escaping @Sendable (CountedDatabase) async throws -> Void) async throws {
-        let logger = Harness.logger
-        let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
-        let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
-        let name = "risc_counted_\(UInt32.random(in: 0...UInt32.max))"
-        let url = adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?")
-        try await admin.whileRunning(timeout: .seconds(300)) { admin in
-            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
-            let result: Result<Void, any Error>
-            do {
-                let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
-                _ = try await client.whileRunning(timeout: .seconds(240)) { client in
-                    let migrations = Harness.repositoryRoot.appendingPathComponent("migrations").path
-                    try await Migrator(directory: migrations).migrate(client: client, logger: logger)
-                }
-                try await body(CountedDatabase(url: url))
-                result = .success(())
-            } catch {
-                result = .failure(error)
+        try await IsolatedDatabase.withNewDatabase(prefix: "risc_counted") { url in
+            // Migrated by a client that ends before `body`: its counts are then reported, and not counted again.
+            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: Harness.logger)
+            _ = try await client.whileRunning(timeout: .seconds(240)) { client in
+                let migrations = Harness.repositoryRoot.appendingPathComponent("migrations").path
+                try await Migrator(directory: migrations).migrate(client: client, logger: Harness.logger)
             }
-            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
-            try result.get()
+            try await body(CountedDatabase(url: url))
         }
     }
 
@@ -43,6 +30,13 @@ struct CountedDatabase {
     func scans() async throws -> [String: Int] {
         let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: Harness.logger)
         return try await client.whileRunning(timeout: .seconds(60)) { client in
+            // Whatever is left of a killed `serve` is ended now: a loaded machine was seen taking over 30 s to notice
+            // it had gone, and an ended backend reports its counts as it exits.
+            try await client.query(
+                """
+                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+                """)
             try await eventually("every other client of the database has gone", timeout: .seconds(30)) {
                 let others = try await client.query(
                     """

@@ -571,10 +571,7 @@ struct SlowSenderTests {
                 #expect(try await HTTPClient.shared.execute(post, timeout: .seconds(10)).status == .accepted)
 
                 // The last lines can never be written: the process ends all the same, and says it did not finish.
-                let signalled = ContinuousClock.now
-                serve.process.kill(SIGTERM)
-                let status = try await serve.process.wait(timeout: .seconds(40))
-                let took = ContinuousClock.now - signalled
+                let (status, took) = try await serve.terminate()
                 #expect(status == 1, "exit status \(status) after \(took)")
                 #expect(took < .seconds(15), "SIGTERM took \(took)")
             }
@@ -593,10 +590,7 @@ struct SlowSenderTests {
             defer { holders.forEach { $0.close() } }
             #expect(try await serve.get("/healthz").status == 200)
             try await Task.sleep(for: .milliseconds(200))
-            let signalled = ContinuousClock.now
-            serve.process.kill(SIGTERM)
-            let status = try await serve.process.wait(timeout: .seconds(40))
-            let took = ContinuousClock.now - signalled
+            let (status, took) = try await serve.terminate()
             #expect(status == 0, "\(serve.log.suffix(2000))")
             #expect(took < .seconds(10), "SIGTERM took \(took)")
         }

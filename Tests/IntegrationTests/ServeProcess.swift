@@ -95,6 +95,14 @@ struct ServeProcess {
         try? FileManager.default.removeItem(atPath: logFile)
     }
 
+    /// SIGTERM, and the exit status with how long the process took to end (killed after `timeout`).
+    func terminate(timeout: Duration = .seconds(40)) async throws -> (status: Int32, took: Duration) {
+        let signalled = ContinuousClock.now
+        process.kill(SIGTERM)
+        let status = try await process.wait(timeout: timeout)
+        return (status, ContinuousClock.now - signalled)
+    }
+
     func waitUntilReady() async throws {
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {

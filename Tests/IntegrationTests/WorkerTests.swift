@@ -14,20 +14,34 @@ struct IsolatedDatabase {
 
     /// Migrated with `migrator` (every migration when nil).
     static func with(migrator: Migrator? = nil, _ body: @escaping @Sendable (IsolatedDatabase) async throws -> Void) async throws {
+        try await withNewDatabase(prefix: "risc_worker") { url in
+            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: Harness.logger)
+            try await client.whileRunning(timeout: .seconds(240)) { client in
+                try await (migrator ?? Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path))
+                    .migrate(client: client, logger: Harness.logger)
+                try await body(IsolatedDatabase(url: url, client: client))
+            }
+        }
+    }
+
+    /// A new, empty database on the test cluster while `body` runs, dropped afterwards however `body` ends.
+    static func withNewDatabase(prefix: String, _ body: @escaping @Sendable (String) async throws -> Void) async throws {
         let logger = Harness.logger
         let adminURL = Harness.environment("RISC_TEST_DATABASE_URL")
         let admin = PostgresClient(configuration: try DatabaseURL.configuration(from: adminURL), backgroundLogger: logger)
-        let name = "risc_worker_\(UInt32.random(in: 0...UInt32.max))"
+        let name = "\(prefix)_\(UInt32.random(in: 0...UInt32.max))"
         let url = adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?")
         try await admin.whileRunning(timeout: .seconds(300)) { admin in
             try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
-            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
-            try await client.whileRunning(timeout: .seconds(240)) { client in
-                try await (migrator ?? Migrator(directory: Harness.repositoryRoot.appendingPathComponent("migrations").path))
-                    .migrate(client: client, logger: logger)
-                try await body(IsolatedDatabase(url: url, client: client))
+            let result: Result<Void, any Error>
+            do {
+                try await body(url)
+                result = .success(())
+            } catch {
+                result = .failure(error)
             }
             try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+            try result.get()
         }
     }
 
