@@ -25,6 +25,10 @@ struct ChildProcess: Sendable {
             posix_spawn_file_actions_addopen(&actions, 1, outputFile, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
             posix_spawn_file_actions_adddup2(&actions, 1, 2)
         }
+        // Nothing else of this process: the test runner's descriptors not marked close-on-exec (its database
+        // connections, other tests' sockets) would count against a child's descriptor limit, and keep a connection
+        // open after its test closed it, as long as the child lives.
+        _ = closeFrom(&actions, 3)
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envStrings = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         let envp = envStrings.map { strdup($0) } + [nil]
@@ -36,6 +40,14 @@ struct ChildProcess: Sendable {
         guard result == 0 else { throw SubprocessFailed(description: "cannot start \(executable): error \(result)") }
         return ChildProcess(pid: pid)
     }
+
+    /// glibc's posix_spawn_file_actions_addclosefrom_np (2.34 and later), which Swift's Glibc module does not export.
+    private static let closeFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
+        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else {
+            fatalError("posix_spawn_file_actions_addclosefrom_np is missing: glibc 2.34 or later is needed")
+        }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+    }()
 
     /// Waits for the exit without blocking a concurrency thread; returns the exit status
     /// (128 + signal number when killed by a signal). A child still running after `timeout` is killed, so a
