@@ -80,13 +80,20 @@ struct DatabaseCostTests {
     func unknownSessionToken() async throws {
         try await CountedDatabase.with { database in
             let unknown = "unknown-\(UUID().uuidString)"
+            let took = Mutex(Duration.zero)
             let scans = try await database.scans(of: ["risc_sessions"]) { serve in
+                let started = ContinuousClock.now
                 for _ in 0..<50 {
                     let reply = try await serve.get("/v1/session", bearer: unknown)
                     #expect(reply.status == 401 && reply.json["error"] == "invalid_session", "\(reply.status) \(reply.body)")
                 }
+                took.withLock { $0 = ContinuousClock.now - started }
             }
-            #expect((1...2).contains(scans["risc_sessions"] ?? 0), "risc_sessions was scanned \(scans["risc_sessions"] ?? 0) times")
+            // One lookup per 5 s that a miss is remembered (a loaded machine may take longer than 5 s for the 50).
+            let allowed = 2 + Int(took.withLock { $0 } / .seconds(5))
+            #expect(
+                (1...allowed).contains(scans["risc_sessions"] ?? 0),
+                "risc_sessions was scanned \(scans["risc_sessions"] ?? 0) times in \(took.withLock { $0 }), at most \(allowed) allowed")
         }
     }
 
@@ -94,7 +101,7 @@ struct DatabaseCostTests {
     func signInAfterAMiss() async throws {
         try await IsolatedDatabase.with { database in
             let misses = SessionMissCache(maxEntries: 3)
-            let sessions = SessionStore(client: database.client, misses: misses, logger: Harness.logger)
+            let sessions = SessionStore(client: database.client, databaseTimeout: .seconds(60), misses: misses, logger: Harness.logger)
             // Sign-in mints its tokens, so no check can have seen one before; a token chosen here stands for one guessed.
             let token = "guessed-\(UUID().uuidString)"
             guard case .invalid = try await sessions.lookup(token: token) else {
@@ -131,11 +138,14 @@ struct DatabaseCostTests {
                 }
                 // Past the age of the last poll's check: the burst's first callers arrive together on a stale one.
                 try await Task.sleep(for: .milliseconds(1_100))
+                let started = ContinuousClock.now
+                defer { polls.burst.withLock { $0 = ContinuousClock.now - started } }
                 let answers = try await withThrowingTaskGroup(of: (String, Int).self) { group in
                     for index in 0..<100 {
                         group.addTask {
                             let path = index.isMultiple(of: 2) ? "/readyz" : "/metrics"
-                            return (path, try await serve.get(path).status)
+                            // The shared client queues a burst on a few connections: its deadline counts the wait.
+                            return (path, try await serve.get(path, timeout: .seconds(60)).status)
                         }
                     }
                     return try await group.reduce(into: [(String, Int)]()) { $0.append($1) }
@@ -143,13 +153,17 @@ struct DatabaseCostTests {
                 #expect(answers.allSatisfy { $0.1 == 200 }, "\(answers.filter { $0.1 != 200 })")
             }
             let startup = polls.value.withLock { $0 }
-            // /readyz reads schema_migrations once per check; /metrics reads risc_events once per check.
-            #expect((scans["schema_migrations"] ?? 0) <= startup + 2, "\(scans), \(startup) polls before the burst")
-            #expect((1...2).contains(scans["risc_events"] ?? 0), "\(scans)")
+            // /readyz reads schema_migrations once per check; /metrics reads risc_events once per check. A check is
+            // reused for a second: a burst that a loaded machine takes longer over may need one more each second.
+            let burst = polls.burst.withLock { $0 }
+            let perCheck = 2 + Int(burst / .seconds(1))
+            #expect((scans["schema_migrations"] ?? 0) <= startup + perCheck, "\(scans), \(startup) polls before a burst of \(burst)")
+            #expect((1...perCheck).contains(scans["risc_events"] ?? 0), "\(scans) in a burst of \(burst)")
         }
     }
 }
 
 private final class Tally: Sendable {
     let value = Mutex(0)
+    let burst = Mutex(Duration.zero)
 }

@@ -112,13 +112,13 @@ struct ServeProcess {
         throw SubprocessFailed(description: "serve did not become ready:\n\(log)")
     }
 
-    func get(_ path: String, bearer: String? = nil) async throws -> Harness.Reply {
+    func get(_ path: String, bearer: String? = nil, timeout: Duration = .seconds(10)) async throws -> Harness.Reply {
         var request = HTTPClientRequest(url: url + path)
         if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
         // A fresh connection each time: a pooled one may be closed by the server's RISC_IDLE_TIMEOUT (2 s in some
         // tests) just as it is reused, which fails the request with "I/O on closed channel" (seen in CI).
         request.headers.add(name: "Connection", value: "close")
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let response = try await HTTPClient.shared.execute(request, timeout: .init(timeout))
         let body = try await response.body.collect(upTo: 4 << 20)
         return Harness.Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: body))
     }
