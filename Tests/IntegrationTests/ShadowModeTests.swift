@@ -115,6 +115,20 @@ struct ShadowModeTests {
             let token = try await transmitter.makeIDToken(request)
             return try await client.send(.POST, "/tokensignin", body: "idtoken=\(token)", contentType: "application/x-www-form-urlencoded")
         }
+        /// A session's token, from a sign-in that must succeed.
+        @Sendable func newSession(_ client: Client) async throws -> String {
+            let signedIn = try await signIn(client)
+            #expect(signedIn.status == 200, "\(signedIn.body)")
+            return try #require(signedIn.json["session_token"]?.stringValue)
+        }
+        /// A grant stored for the user, and its answer.
+        @Sendable func storeGrant(_ client: Client, token: String) async throws -> Harness.Reply {
+            let grant = try await client.send(
+                .POST, "/v1/grants", bearer: Harness.serviceToken,
+                json: ["sub": .string(sub), "refresh_token": .string(token), "client_id": .string(Harness.audience)])
+            #expect(grant.status == 201)
+            return grant
+        }
         @Sendable func user(_ client: Client) async throws -> [String: JSONValue] {
             try await client.send(.GET, "/admin/v1/users/\(sub)", bearer: Harness.adminToken).json
         }
@@ -125,13 +139,8 @@ struct ShadowModeTests {
         defer { if !shadowStopped { shadow.stop() } }
         try await shadow.waitUntilReady()
         let client = Client(base: shadow.url)
-        let signedIn = try await signIn(client)
-        #expect(signedIn.status == 200, "\(signedIn.body)")
-        let session = try #require(signedIn.json["session_token"]?.stringValue)
-        let grant = try await client.send(
-            .POST, "/v1/grants", bearer: Harness.serviceToken,
-            json: ["sub": .string(sub), "refresh_token": .string("1//shadow-\(UUID().uuidString)"), "client_id": .string(Harness.audience)])
-        #expect(grant.status == 201)
+        let session = try await newSession(client)
+        _ = try await storeGrant(client, token: "1//shadow-\(UUID().uuidString)")
         let added = try await client.send(
             .POST, "/admin/v1/subscribers", bearer: Harness.adminToken,
             json: ["url": .string(hookURL), "secret": .string(subscriber.secret)])
@@ -211,13 +220,8 @@ struct ShadowModeTests {
         #expect(cliExplained.output.contains("in enforce mode") && cliExplained.output.contains("delete_grants"), "\(cliExplained.output)")
         // Meanwhile, after the events arrived: a new session (it may be the attacker's), and a grant stored after the
         // tokens-revoked event was issued (not one of the revoked tokens).
-        let meanwhile = try await signIn(live)
-        #expect(meanwhile.status == 200, "\(meanwhile.body)")
-        let laterSession = try #require(meanwhile.json["session_token"]?.stringValue)
-        let laterGrant = try await live.send(
-            .POST, "/v1/grants", bearer: Harness.serviceToken,
-            json: ["sub": .string(sub), "refresh_token": .string("1//later-\(UUID().uuidString)"), "client_id": .string(Harness.audience)])
-        #expect(laterGrant.status == 201)
+        let laterSession = try await newSession(live)
+        let laterGrant = try await storeGrant(live, token: "1//later-\(UUID().uuidString)")
         // Explain, now enforcing, says what the replay will do: every live session ends, the later grant stays.
         let liveSessions = try #require(try await user(live)["sessions"]?["active"]?.number)
         #expect(liveSessions >= 2)
