@@ -82,7 +82,7 @@ let package = Package(
         .target(
             name: "RISCConfiguration",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore",
+                "RISC", "RISCKeys",
                 .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "Logging", package: "swift-log"),
             ]

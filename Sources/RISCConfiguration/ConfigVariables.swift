@@ -3,7 +3,6 @@ import Foundation
 import Logging
 import RISC
 import RISCKeys
-import RISCStore
 
 /// Every configuration variable, each described once. `ServiceConfiguration` reads the ones `serve` uses,
 /// the other commands read theirs directly (`ConfigVariables.databaseURL.value(from: reader)`), and the configuration reference's
@@ -96,8 +95,8 @@ public enum ConfigVariables {
     public static let eventRetentionDays = ConfigVariable<Int>(
         "RISC_EVENT_RETENTION_DAYS", default: .value(400),
         help: "done and ignored events older than this many days are deleted with their actions, and so are delivered notifications; 0 keeps everything",
-        rule: "must be 0 or a number of days from \(RetentionStore.minimumDays) (a redelivery must still find its SET)"
-    ) { $0 == 0 || $0 >= RetentionStore.minimumDays }
+        rule: "must be 0 or a number of days from \(EventRetention.minimumDays) (a redelivery must still find its SET)"
+    ) { $0 == 0 || $0 >= EventRetention.minimumDays }
 
     public static let notifyMaxAttempts = ConfigVariable<Int>(
         "RISC_NOTIFY_MAX_ATTEMPTS", default: .value(10),
@@ -112,7 +111,7 @@ public enum ConfigVariables {
         show: { $0 == $0.rounded() ? String(Int($0)) : String($0) }
     ) { (0.01...3600).contains($0) }
 
-    public static let subscribers = ConfigVariable<[NotificationStore.NewSubscriber]>(
+    public static let subscribers = ConfigVariable<[NewSubscriber]>(
         "RISC_SUBSCRIBERS", as: String.self, default: .unset, secret: true,
         help: #"subscribers notified of actions, as a JSON array of `{"url", "secret", "actions"}` (`actions` optional); the dispatchers keep the configured subscribers in step with it at start-up, matched by URL, and leave those added with `subscribers add` alone"#,
         rule: #"must be a JSON array of {"url": an https:// URL (http:// only on loopback), "secret": "whsec_...", "actions": [action kinds]}"#,
@@ -126,8 +125,8 @@ public enum ConfigVariables {
                 guard let names = value.arrayValue?.compactMap(\.stringValue) else { throw Problem("entry \(index + 1): actions must be a list") }
                 return names
             }
-            do throws(AdminQueries.InvalidParameter) {
-                return try NotificationStore.NewSubscriber(url: url, secret: secret, actions: actions)
+            do throws(InvalidParameter) {
+                return try NewSubscriber(url: url, secret: secret, actions: actions)
             } catch {
                 throw Problem("entry \(index + 1): \(error.description)")
             }

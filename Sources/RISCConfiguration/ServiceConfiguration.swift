@@ -2,7 +2,6 @@ import Configuration
 import Foundation
 import Logging
 import RISCKeys
-import RISCStore
 
 /// Everything `serve` reads from its configuration, validated once at start-up. Each property is filled
 /// from its `ConfigVariables` entry through `settings`, which also gives `config check` its lines.

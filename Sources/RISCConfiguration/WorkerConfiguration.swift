@@ -1,5 +1,5 @@
 import Configuration
-import RISCStore
+import RISC
 
 /// What the background work reads: `risc-receiver worker` reads only these variables, and `serve` holds them
 /// in its `ServiceConfiguration.worker`.
@@ -12,7 +12,7 @@ public struct WorkerConfiguration: Sendable {
     public var notifyMaxAttempts = ConfigVariables.notifyMaxAttempts.defaultValue
     public var notifyBackoffBaseSeconds = ConfigVariables.notifyBackoffBase.defaultValue
     /// Nil leaves the configured subscribers as they are.
-    public var subscribers: [NotificationStore.NewSubscriber]?
+    public var subscribers: [NewSubscriber]?
     public var shutdownTimeoutSeconds = ConfigVariables.shutdownTimeout.defaultValue
     /// Seals refresh tokens and subscribers' secrets; required with RISC_SUBSCRIBERS.
     public var vaultKey: String?

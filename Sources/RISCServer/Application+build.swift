@@ -25,7 +25,7 @@ public func buildApplication(
         postgres: dependencies.postgres, expected: expectedSchema,
         keys: [("risc_keys", dependencies.transmitterKeys), ("openid_keys", dependencies.identityProvider)],
         // A scrape reads the backlog within 1 s, or goes without it.
-        queries: AdminQueries(client: dependencies.postgres, timeout: .seconds(1), logger: logger)
+        reports: AdminReports(client: dependencies.postgres, timeout: .seconds(1), logger: logger)
     ).addRoutes(to: router)
     ReceiverController<AppRequestContext, EventInbox>(
         verifier: SETVerifier(keys: dependencies.transmitterKeys, policy: dependencies.setPolicy),
@@ -36,14 +36,13 @@ public func buildApplication(
         sessions: dependencies.sessions
     ).addRoutes(to: router)
     if let adminToken = configuration.adminToken {
-        let store = PostgresAdminStore(
-            queries: AdminQueries(
-                client: dependencies.postgres, timeout: dependencies.databaseTimeout, mode: EnforcementMode(enforce: dependencies.enforce),
-                logger: logger),
-            queue: EventQueue(client: dependencies.postgres, timeout: dependencies.databaseTimeout, enforce: dependencies.enforce, logger: logger),
-            notifications: NotificationStore(
-                client: dependencies.postgres, timeout: dependencies.databaseTimeout, cipher: configuration.worker.cipher, logger: logger))
-        AdminController<AppRequestContext, PostgresAdminStore>(adminToken: adminToken, store: store).addRoutes(to: router)
+        let (postgres, timeout) = (dependencies.postgres, dependencies.databaseTimeout)
+        AdminAPI.addRoutes(
+            to: router, adminToken: adminToken,
+            events: EventAdmin(client: postgres, timeout: timeout, enforce: dependencies.enforce, logger: logger),
+            reports: AdminReports(client: postgres, timeout: timeout, mode: EnforcementMode(enforce: dependencies.enforce), logger: logger),
+            subscribers: SubscriberStore(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger),
+            notifications: NotificationOutbox(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger))
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {
         VaultController<AppRequestContext, GrantStore>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)

@@ -26,7 +26,7 @@ public struct OperationsController<Context: RequestContext>: Sendable {
         case unreachable
     }
 
-    public init(postgres: PostgresClient, expected: Migrator?, keys: [(name: String, keys: IssuerKeys)], queries: AdminQueries) {
+    public init(postgres: PostgresClient, expected: Migrator?, keys: [(name: String, keys: IssuerKeys)], reports: AdminReports) {
         self.expected = expected
         self.keys = keys
         self.database = SharedCheck {
@@ -38,7 +38,7 @@ public struct OperationsController<Context: RequestContext>: Sendable {
                 return .unreachable
             }
         }
-        self.backlog = Self.sharedBacklog(queries)
+        self.backlog = Self.sharedBacklog(reports)
     }
 
     public func addRoutes(to router: Router<Context>) {
@@ -86,8 +86,8 @@ public struct OperationsController<Context: RequestContext>: Sendable {
     }
 
     /// The backlog, read at scrape time (so it is right whichever process runs the workers), at most once a second.
-    static func sharedBacklog(_ queries: AdminQueries) -> SharedCheck<Backlog?> {
-        SharedCheck { try? await queries.backlog() }
+    static func sharedBacklog(_ reports: AdminReports) -> SharedCheck<Backlog?> {
+        SharedCheck { try? await reports.backlog() }
     }
 
     static func metrics(backlog: SharedCheck<Backlog?>) async -> Response {
@@ -125,7 +125,7 @@ public struct KeyWarmup: Service {
 /// For a process that runs only a worker: `/healthz` and `/metrics` on their own port, for probes and scrapes.
 public func buildMetricsApplication(host: String, port: Int, postgres: PostgresClient, logger: Logger) -> some ApplicationProtocol {
     _ = Telemetry.registry
-    let backlog = OperationsController<BasicRequestContext>.sharedBacklog(AdminQueries(client: postgres, logger: logger))
+    let backlog = OperationsController<BasicRequestContext>.sharedBacklog(AdminReports(client: postgres, logger: logger))
     let router = Router()
     router.get("/healthz") { _, _ in HTTPResponse.Status.ok }
     router.get("/metrics") { _, _ in await OperationsController<BasicRequestContext>.metrics(backlog: backlog) }

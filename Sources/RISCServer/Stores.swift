@@ -31,50 +31,43 @@ public protocol GrantStoring: Sendable {
 
 extension GrantStore: GrantStoring {}
 
-/// What the admin API reads and changes: `PostgresAdminStore`.
-public protocol AdminStore: Sendable {
-    func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage
+// The admin API's stores, one per resource, as its routes are grouped.
+
+/// `/admin/v1/events`: listing, detail, explain and replay: `EventAdmin`.
+public protocol EventAdministering: Sendable {
+    func events(_ filter: EventAdmin.Filter) async throws -> EventPage
     func event(id: Int64) async throws -> EventDetail?
-    func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome
+    func replay(id: Int64) async throws -> EventAdmin.ReplayOutcome
     /// What replaying the event would do now; nil for no such event.
-    func explainEvent(id: Int64) async throws -> EventExplanation?
+    func explain(id: Int64) async throws -> EventExplanation?
+}
+
+extension EventAdmin: EventAdministering {}
+
+/// `/admin/v1/users/:sub` and `/admin/v1/stats`: `AdminReports`.
+public protocol AdminReporting: Sendable {
     func user(sub: String) async throws -> UserReport?
     func stats() async throws -> QueueStats
+}
+
+extension AdminReports: AdminReporting {}
+
+/// `/admin/v1/subscribers`: `SubscriberStore`.
+public protocol SubscriberStoring: Sendable {
     func subscribers() async throws -> [SubscriberRecord]
-    func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64
-    func removeSubscriber(id: Int64) async throws -> Bool
+    func add(_ subscriber: NewSubscriber) async throws -> Int64
+    func remove(subscriber id: Int64) async throws -> Bool
     /// The new secret; nil for no such subscriber.
-    func rotateSubscriberSecret(id: Int64) async throws -> NotificationStore.SecretRotation?
-    func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage
+    func rotateSecret(subscriber id: Int64) async throws -> SubscriberStore.SecretRotation?
+}
+
+extension SubscriberStore: SubscriberStoring {}
+
+/// `/admin/v1/notifications`: `NotificationOutbox`.
+public protocol NotificationAdministering: Sendable {
+    func notifications(_ filter: NotificationOutbox.Filter) async throws -> NotificationPage
     func notification(id: Int64) async throws -> NotificationRecord?
-    func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome
+    func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome
 }
 
-/// The admin API's store on PostgreSQL: the admin queries, the event queue's replay, and the notification outbox.
-public struct PostgresAdminStore: AdminStore {
-    let queries: AdminQueries
-    let queue: EventQueue
-    let outbox: NotificationStore
-
-    public init(queries: AdminQueries, queue: EventQueue, notifications: NotificationStore) {
-        self.queries = queries
-        self.queue = queue
-        self.outbox = notifications
-    }
-
-    public func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage { try await queries.events(filter) }
-    public func event(id: Int64) async throws -> EventDetail? { try await queries.event(id: id) }
-    public func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome { try await queue.replay(id: id) }
-    public func explainEvent(id: Int64) async throws -> EventExplanation? { try await queue.explain(id: id) }
-    public func user(sub: String) async throws -> UserReport? { try await queries.user(sub: sub) }
-    public func stats() async throws -> QueueStats { try await queries.stats() }
-    public func subscribers() async throws -> [SubscriberRecord] { try await outbox.subscribers() }
-    public func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64 { try await outbox.add(subscriber) }
-    public func removeSubscriber(id: Int64) async throws -> Bool { try await outbox.remove(subscriber: id) }
-    public func rotateSubscriberSecret(id: Int64) async throws -> NotificationStore.SecretRotation? {
-        try await outbox.rotateSecret(subscriber: id)
-    }
-    public func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage { try await outbox.notifications(filter) }
-    public func notification(id: Int64) async throws -> NotificationRecord? { try await outbox.notification(id: id) }
-    public func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome { try await outbox.replay(id: id) }
-}
+extension NotificationOutbox: NotificationAdministering {}

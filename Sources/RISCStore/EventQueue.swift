@@ -4,16 +4,17 @@ import PostgresNIO
 import RISC
 import Tracing
 
-/// The worker's side of `risc_events`, and every status change after ingest (`EventStatus`).
+/// The worker's side of `risc_events`: claiming waiting events and applying them, or recording why they failed.
 /// One batch, top to bottom, in one transaction:
 /// 1. `claim`: waiting events (`pending`, or `retry` once due) with `FOR UPDATE SKIP LOCKED`;
 /// 2. `AccountAction.actions(for:audience:)` (module RISC) decides each event's actions, without I/O;
 /// 3. `apply`: `risc_apply_actions` (SQL) sorts the actions by user, takes each user's lock, carries the
 ///    actions out, records them, marks the events `done`, and totals what they changed.
 /// A worker killed at any instant rolls back with its connection: the events stay waiting and nothing is
-/// applied twice. A failing event goes to `retry` or `dead` (`recordFailure`); `replay` brings one back.
+/// applied twice. A failing event goes to `retry` or `dead` (`recordFailure`); an operator brings one back
+/// (`EventAdmin.replay`).
 public struct EventQueue: Sendable {
-    /// Notified when events are left for a worker: by the insert trigger, and by `replay`.
+    /// Notified when events are left for a worker: by the insert trigger, and by an operator's replay.
     public static let channel = "risc_events"
 
     public struct BatchResult: Sendable, Equatable {
@@ -40,8 +41,7 @@ public struct EventQueue: Sendable {
     let client: PostgresClient
     let retryPolicy: RetryPolicy
     let logger: Logger
-    /// Each transaction's bound; on it, the connection is closed (a worker's: its batch timeout; an admin's
-    /// replay: RISC_DATABASE_TIMEOUT).
+    /// Each transaction's bound (a worker's batch timeout); on it, the connection is closed.
     let timeout: Duration
     /// False is shadow mode: the actions are recorded as shadow actions and change nothing.
     let enforce: Bool
@@ -258,112 +258,6 @@ public struct EventQueue: Sendable {
                 """, logger: logger)
             for try await id in rows.decode(Int64.self) { ids.append(id) }
             return ids
-        }
-    }
-
-    public enum ReplayOutcome: Sendable, Equatable {
-        case replayed
-        case notFound
-        /// Ignored events (no known type) have nothing to do.
-        case ignored
-    }
-
-    /// What applying an event again would do now, whatever the mode: the actions decided from the stored event and
-    /// run as shadow actions, which change nothing, in a transaction that is rolled back. Nil for no such event;
-    /// no actions for an event of no known type.
-    public func explain(id: Int64) async throws -> EventExplanation? {
-        // The answer leaves the transaction as its error, so that postgres-nio rolls it back.
-        struct Explained: Error { var explanation: EventExplanation? }
-        do {
-            try await client.transaction(timeout: timeout, logger: logger) { connection in
-                throw Explained(explanation: try await self.explain(id: id, on: connection))
-            }
-        } catch let explained as Explained {
-            return explained.explanation
-        }
-        return nil
-    }
-
-    private func explain(id: Int64, on connection: PostgresConnection) async throws -> EventExplanation? {
-        var decided: Result<[(position: Int, action: AccountAction)], Failure>?
-        for try await (status, eventsJSON, audienceJSON) in try await connection.query(
-            "SELECT status, events::text, coalesce((claims->'aud')::text, 'null') FROM risc_events WHERE id = \(id)", logger: logger
-        ).decode((EventStatus, String, String).self) {
-            decided = status == .ignored ? .success([]) : Self.decide(eventsJSON: eventsJSON, audienceJSON: audienceJSON)
-        }
-        guard let decided else { return nil }
-        var explanation = EventExplanation(id: id, mode: EnforcementMode(enforce: enforce), actions: [])
-        var actions = ActionBatch()
-        for (position, action) in try decided.get() { actions.append(event: id, position: position, action) }
-        guard !actions.isEmpty else { return explanation }
-        // Judged as a replay in this mode would be: in enforcing mode, a shadow event as a replay of it.
-        try await connection.query(
-            "SELECT count(*) FROM risc_apply_actions(\(actions.json)::jsonb, NULL, '{}', false, \(enforce))", logger: logger)
-        // Only the rows this transaction wrote: a worker may record the same event's actions meanwhile.
-        for try await (kind, sub, detail, count) in try await connection.query(
-            """
-            SELECT kind, sub, detail, rows_affected FROM risc_event_actions
-            WHERE event_id = \(id) AND xmin = pg_current_xact_id()::xid ORDER BY id
-            """, logger: logger
-        ).decode((ActionKind, String?, String?, Int32).self) {
-            // A shadow action's detail says "would be"; a replay in enforcing mode would say it happened.
-            explanation.actions.append(.init(kind: kind, sub: sub, detail: detail, rowsAffected: Int(count)))
-        }
-        return explanation
-    }
-
-    /// Makes every event received since `since` whose actions were last decided in shadow mode runnable again, in
-    /// arrival order, and wakes the workers: once enforcement is on, they apply them, with the ordering rules of
-    /// account state (by `iat`) as for any event. In pages of 1,000, each under the usual bound. Returns their ids.
-    public func replayShadow(since: Date, progress: @Sendable (Int) -> Void = { _ in }) async throws -> [Int64] {
-        var replayed: [Int64] = []
-        while true {
-            let after = replayed.last ?? 0
-            let page = try await bounded { connection in
-                var ids: [Int64] = []
-                for try await id in try await connection.query(
-                    """
-                    WITH page AS (
-                        SELECT id FROM risc_events
-                        WHERE shadow AND status = \(EventStatus.done) AND received_at >= \(since) AND id > \(after)
-                        ORDER BY id LIMIT 1000 FOR UPDATE
-                    )
-                    UPDATE risc_events e
-                    SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
-                    FROM page WHERE e.id = page.id
-                    RETURNING e.id
-                    """, logger: logger
-                ).decode(Int64.self) {
-                    ids.append(id)
-                }
-                if !ids.isEmpty { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
-                return ids.sorted()
-            }
-            replayed += page
-            progress(replayed.count)
-            if page.count < 1000 { return replayed }
-        }
-    }
-
-    /// Makes a finished, failed or dead event runnable again (an operator's replay) and wakes the workers.
-    /// Its actions are applied again; every action is idempotent.
-    public func replay(id: Int64) async throws -> ReplayOutcome {
-        try await bounded { connection in
-            var outcome = ReplayOutcome.notFound
-            let rows = try await connection.query(
-                """
-                WITH target AS (SELECT id, status FROM risc_events WHERE id = \(id) FOR UPDATE),
-                updated AS (
-                    UPDATE risc_events e
-                    SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
-                    FROM target WHERE e.id = target.id AND target.status = ANY(\(EventStatus.replayable))
-                    RETURNING e.id
-                )
-                SELECT target.status, EXISTS (SELECT 1 FROM updated) FROM target
-                """, logger: logger)
-            for try await (_, updated) in rows.decode((EventStatus, Bool).self) { outcome = updated ? .replayed : .ignored }
-            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
-            return outcome
         }
     }
 }

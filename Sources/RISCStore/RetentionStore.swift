@@ -9,10 +9,6 @@ import RISC
 /// replayed). The rows are old, so nothing new is ever locked. Of many workers, one deletes at a time (a
 /// transaction-level advisory lock); a batch that finds it taken deletes nothing.
 public struct RetentionStore: Sendable {
-    /// A redelivery is recognised by its stored (`iss`, `jti`), so the retention must outlast Google's retries,
-    /// and the configuration refuses less. Google publishes no retry schedule; its retries end long before this.
-    public static let minimumDays = 30
-
     let client: PostgresClient
     let days: Int
     let batchSize: Int

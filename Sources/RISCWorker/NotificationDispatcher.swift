@@ -43,7 +43,7 @@ public final class NotificationDispatcher: Service, Sendable {
         /// RISC_VAULT_KEY's: opens the subscribers' sealed secrets; at start, seals any left in clear.
         public var cipher: VaultCipher?
         /// RISC_SUBSCRIBERS: made the configured subscribers before the first delivery; nil leaves them alone.
-        public var configuredSubscribers: [NotificationStore.NewSubscriber]?
+        public var configuredSubscribers: [NewSubscriber]?
         public init() {}
 
         /// How long a taken notification is left alone: past the timeout, so only a dispatcher that died mid-delivery
@@ -51,7 +51,8 @@ public final class NotificationDispatcher: Service, Sendable {
         var lease: Duration { SubscriberAddresses.resolveTimeout + timeout + replyBodyTimeout + .seconds(5) }
     }
 
-    let store: NotificationStore
+    let subscribers: SubscriberStore
+    let outbox: NotificationOutbox
     let client: PostgresClient
     let settings: Settings
     let logger: Logger
@@ -68,7 +69,8 @@ public final class NotificationDispatcher: Service, Sendable {
 
     public init(client: PostgresClient, settings: Settings = .init(), logger: Logger) {
         self.client = client
-        self.store = NotificationStore(client: client, cipher: settings.cipher, logger: logger)
+        self.subscribers = SubscriberStore(client: client, cipher: settings.cipher, logger: logger)
+        self.outbox = NotificationOutbox(client: client, cipher: settings.cipher, logger: logger)
         self.settings = settings
         self.logger = logger
     }
@@ -89,7 +91,7 @@ public final class NotificationDispatcher: Service, Sendable {
         continuation.yield()  // notifications left over from before the start
         // Not child tasks: a LISTEN on a dead connection may not notice cancellation (as in EventWorker), and the
         // group below must end when its deliveries do.
-        let listener = Task { await PostgresListener(client: client, channel: NotificationStore.channel, logger: logger).run { self.wake() } }
+        let listener = Task { await PostgresListener(client: client, channel: NotificationOutbox.channel, logger: logger).run { self.wake() } }
         let poller = Task { await self.poll() }
         logger.info("Notification dispatcher started", metadata: ["concurrency": "\(settings.concurrency)"])
         await withGracefulShutdownHandler {
@@ -108,10 +110,10 @@ public final class NotificationDispatcher: Service, Sendable {
     }
 
     /// Retries until the database answers (or shutdown): deliveries wait for the configured subscribers.
-    private func syncConfiguredSubscribers(_ configured: [NotificationStore.NewSubscriber]) async {
+    private func syncConfiguredSubscribers(_ configured: [NewSubscriber]) async {
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             do {
-                try await store.syncConfigured(configured)
+                try await subscribers.syncConfigured(configured)
                 logger.info("Subscribers from RISC_SUBSCRIBERS are in place", metadata: ["subscribers": "\(configured.count)"])
                 return
             } catch {
@@ -124,7 +126,7 @@ public final class NotificationDispatcher: Service, Sendable {
     /// Seals the secrets left in clear (or under an older key); tried once: `vault rotate` does it too.
     private func sealSecrets() async {
         do {
-            let sealed = try await store.resealSecrets(rekey: false)
+            let sealed = try await subscribers.resealSecrets(rekey: false)
             if sealed > 0 { logger.info("Sealed subscribers' secrets with the current vault key", metadata: ["subscribers": "\(sealed)"]) }
         } catch {
             logger.warning("Could not seal the subscribers' secrets", metadata: ["error": "\(DatabaseErrors.describe(error))"])
@@ -157,7 +159,7 @@ public final class NotificationDispatcher: Service, Sendable {
                         // Taken in handfuls, not one at a time as each delivery ends: a claim, and the record of
                         // what was delivered, each cost a transaction, so they serve several notifications at once.
                         guard free > 0, busy == 0 || free >= (settings.concurrency + 1) / 2 else { continue }
-                        let claimed = try await store.claim(subscriber: subscriber, limit: free, lease: settings.lease)
+                        let claimed = try await outbox.claim(subscriber: subscriber, limit: free, lease: settings.lease)
                         guard !claimed.isEmpty else { continue }
                         claimedAny = true
                         inFlight.withLock { $0[subscriber, default: 0] += claimed.count }
@@ -188,7 +190,7 @@ public final class NotificationDispatcher: Service, Sendable {
     private func subscriberIDs() async throws -> [Int64] {
         let now = ContinuousClock.now
         if let (ids, readAt) = subscriberList.withLock({ $0 }), now - readAt < settings.pollInterval { return ids }
-        let targets = try await store.deliveryTargets()
+        let targets = try await subscribers.deliveryTargets()
         connections.keepOnly(Set(targets.map(\.id)))
         let unopenable = Dictionary(uniqueKeysWithValues: targets.compactMap { target in target.secretProblem.map { (target.id, $0) } })
         let (newlyPaused, resumed) = paused.withLock { paused in
@@ -227,7 +229,7 @@ public final class NotificationDispatcher: Service, Sendable {
         }
         guard !deliveries.isEmpty else { return }
         do {
-            let recorded = try await store.markDelivered(deliveries)
+            let recorded = try await outbox.markDelivered(deliveries)
             ServiceMetrics.notificationsDelivered(recorded, outcome: "delivered")
         } catch {
             delivered.withLock { $0.insert(contentsOf: deliveries, at: 0) }
@@ -239,7 +241,7 @@ public final class NotificationDispatcher: Service, Sendable {
 
     /// One attempt: sign, send, record the outcome (a delivery later, with others). Any 2xx is delivered; anything
     /// else, or no answer in time, is retried with backoff or, after the last attempt, dead.
-    func deliver(_ delivery: NotificationStore.Delivery) async {
+    func deliver(_ delivery: NotificationOutbox.Delivery) async {
         guard TraceContext.isEnabled else { return await deliver(delivery, span: nil) }
         // A client span in the trace of the request that stored the event; the request carries its traceparent, so
         // the subscriber's service continues that trace. Ids and the kind only: never the URL, which may hold a
@@ -259,7 +261,7 @@ public final class NotificationDispatcher: Service, Sendable {
         }
     }
 
-    private func deliver(_ delivery: NotificationStore.Delivery, span: (any Span)?) async {
+    private func deliver(_ delivery: NotificationOutbox.Delivery, span: (any Span)?) async {
         let metadata: Logger.Metadata = [
             "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
             "attempt": "\(delivery.attempt)",
@@ -309,11 +311,11 @@ public final class NotificationDispatcher: Service, Sendable {
             }
             switch settings.retryPolicy.decision(afterFailedAttempts: delivery.attempt, jitter: Double.random(in: 0...1)) {
             case .retry(let seconds):
-                try await store.markFailed(delivery, error: failure, retryAfter: seconds)
+                try await outbox.markFailed(delivery, error: failure, retryAfter: seconds)
                 ServiceMetrics.notificationsDelivered(1, outcome: "retried")
                 logger.info("A notification was not delivered; it will be retried", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
             case .dead:
-                try await store.markFailed(delivery, error: failure, retryAfter: nil)
+                try await outbox.markFailed(delivery, error: failure, retryAfter: nil)
                 ServiceMetrics.notificationsDelivered(1, outcome: "dead")
                 logger.error("A notification failed its last attempt and is dead", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
             }
@@ -327,10 +329,10 @@ public final class NotificationDispatcher: Service, Sendable {
 
     /// Gives a notification back untried: its subscriber's secret cannot be opened, which no retry would change. The
     /// subscriber is paused from the next read of the list.
-    private func release(_ delivery: NotificationStore.Delivery, problem: String, metadata: Logger.Metadata) async {
+    private func release(_ delivery: NotificationOutbox.Delivery, problem: String, metadata: Logger.Metadata) async {
         subscriberList.withLock { $0 = nil }
         do {
-            try await store.release(delivery)
+            try await outbox.release(delivery)
             logger.warning(
                 "A notification was not sent: its subscriber's secret cannot be opened", metadata: metadata.merging(["error": "\(problem)"]) { $1 })
         } catch {

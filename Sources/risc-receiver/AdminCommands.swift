@@ -16,29 +16,33 @@ struct AdminOptions: ParsableArguments {
     @OptionGroup var config: ConfigFileOption
 
     /// RISC_ENFORCE says which mode `stats` and `events explain` report, as the service's admin API does.
-    func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminQueries, EventQueue) async throws -> T) async throws -> T {
+    func withQueries<T: Sendable>(_ body: @escaping @Sendable (AdminReports, EventAdmin) async throws -> T) async throws -> T {
         let enforce = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ConfigVariables.enforce.value(from: reader)
         }
         return try await withDatabase { client, timeout, logger in
             try await body(
-                AdminQueries(client: client, timeout: timeout, mode: EnforcementMode(enforce: enforce), logger: logger),
-                EventQueue(client: client, timeout: timeout, enforce: enforce, logger: logger))
+                AdminReports(client: client, timeout: timeout, mode: EnforcementMode(enforce: enforce), logger: logger),
+                EventAdmin(client: client, timeout: timeout, enforce: enforce, logger: logger))
         }
     }
 
-    func withNotifications<T: Sendable>(_ body: @escaping @Sendable (NotificationStore) async throws -> T) async throws -> T {
+    func withNotifications<T: Sendable>(
+        _ body: @escaping @Sendable (SubscriberStore, NotificationOutbox) async throws -> T
+    ) async throws -> T {
         let cipher = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             VaultCipher.from(
                 key: try ConfigVariables.vaultKey.optional(from: reader), previous: try ConfigVariables.vaultPreviousKeys.value(from: reader))
         }
         do {
             return try await withDatabase { client, timeout, logger in
-                try await body(NotificationStore(client: client, timeout: timeout, cipher: cipher, logger: logger))
+                try await body(
+                    SubscriberStore(client: client, timeout: timeout, cipher: cipher, logger: logger),
+                    NotificationOutbox(client: client, timeout: timeout, cipher: cipher, logger: logger))
             }
-        } catch let error as NotificationStore.VaultKeyMissing {
+        } catch let error as SubscriberStore.VaultKeyMissing {
             throw Bootstrap.fail(error.description)
-        } catch let error as NotificationStore.ConfiguredSubscriber {
+        } catch let error as SubscriberStore.ConfiguredSubscriber {
             throw Bootstrap.fail(error.description)
         }
     }
@@ -90,7 +94,7 @@ struct EventsList: AsyncParsableCommand {
 
     func validate() throws {
         do {
-            _ = try AdminQueries.EventFilter.parse(
+            _ = try EventAdmin.Filter.parse(
                 status: status, type: type, sub: sub, since: since, until: until, limit: limit, cursor: cursor)
         } catch {
             throw ValidationError("--\(error.description)")
@@ -98,9 +102,9 @@ struct EventsList: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let filter = try AdminQueries.EventFilter.parse(
+        let filter = try EventAdmin.Filter.parse(
             status: status, type: type, sub: sub, since: since, until: until, limit: limit, cursor: cursor)
-        let page = try await options.withQueries { queries, _ in try await queries.events(filter) }
+        let page = try await options.withQueries { _, events in try await events.events(filter) }
         if options.json { return try options.printJSON(page) }
         print(Table.events(page.events))
         if let next = page.nextCursor { print("\nmore: \(nextPageCommand(cursor: next))") }
@@ -121,7 +125,7 @@ struct EventsShow: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        guard let event = try await options.withQueries({ queries, _ in try await queries.event(id: id) }) else {
+        guard let event = try await options.withQueries({ _, events in try await events.event(id: id) }) else {
             throw Bootstrap.fail("no event \(id)")
         }
         let json = try JSONValueEncoder().encode(event)
@@ -155,7 +159,7 @@ struct EventsExplain: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        guard let explanation = try await options.withQueries({ _, queue in try await queue.explain(id: id) }) else {
+        guard let explanation = try await options.withQueries({ _, events in try await events.explain(id: id) }) else {
             throw Bootstrap.fail("no event \(id)")
         }
         if options.json { return try options.printJSON(explanation) }
@@ -183,7 +187,7 @@ struct EventsReplay: AsyncParsableCommand {
         if [id != nil, dead, since != nil].filter({ $0 }).count > 1 { throw ValidationError("give one of an event id, --dead or --since") }
         if id == nil && !dead && since == nil { throw ValidationError("give an event id, --dead or --since") }
         if let since {
-            do { _ = try AdminQueries.EventFilter.timestamp(since, name: "since") } catch { throw ValidationError("--\(error.description)") }
+            do { _ = try EventAdmin.Filter.timestamp(since, name: "since") } catch { throw ValidationError("--\(error.description)") }
         }
     }
 
@@ -191,22 +195,22 @@ struct EventsReplay: AsyncParsableCommand {
         let id = self.id
         let json = options.json
         if let since {
-            let from = try AdminQueries.EventFilter.timestamp(since, name: "since")
-            let replayed = try await options.withQueries { _, queue in
+            let from = try EventAdmin.Filter.timestamp(since, name: "since")
+            let replayed = try await options.withQueries { _, events in
                 let progress = ProgressBar(label: "Replaying")
-                let ids = try await queue.replayShadow(since: from) { done in if !json { progress.update(done: done, total: nil) } }
+                let ids = try await events.replayShadow(since: from) { done in if !json { progress.update(done: done, total: nil) } }
                 if !json { progress.finish() }
                 return ids
             }
             return report(replayed)
         }
-        let (replayed, missing) = try await options.withQueries { queries, queue -> ([Int64], String?) in
+        let (replayed, missing) = try await options.withQueries { _, events -> ([Int64], String?) in
             let ids: [Int64]
-            if let id { ids = [id] } else { ids = try await queries.deadEventIDs() }
+            if let id { ids = [id] } else { ids = try await events.deadEventIDs() }
             let progress = ProgressBar(label: "Replaying")
             var replayed: [Int64] = []
             for (index, id) in ids.enumerated() {
-                switch try await queue.replay(id: id) {
+                switch try await events.replay(id: id) {
                 case .replayed: replayed.append(id)
                 case .notFound where self.id != nil: return ([], "no event \(id)")
                 case .ignored where self.id != nil: return ([], "event \(id) has no known type, so nothing to replay")

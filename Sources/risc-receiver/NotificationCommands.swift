@@ -22,8 +22,8 @@ struct SubscribersAdd: AsyncParsableCommand {
     var actions: String?
     @OptionGroup var options: AdminOptions
 
-    func subscriber(secret: String?) throws(AdminQueries.InvalidParameter) -> NotificationStore.NewSubscriber {
-        try NotificationStore.NewSubscriber(
+    func subscriber(secret: String?) throws(InvalidParameter) -> NewSubscriber {
+        try NewSubscriber(
             url: url, secret: secret, actions: actions.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
     }
 
@@ -41,13 +41,13 @@ struct SubscribersAdd: AsyncParsableCommand {
 
     func run() async throws {
         let given = secret == nil ? nil : (readLine(strippingNewline: true) ?? "").trimmingCharacters(in: .whitespaces)
-        let subscriber: NotificationStore.NewSubscriber
+        let subscriber: NewSubscriber
         do {
             subscriber = try self.subscriber(secret: given)
         } catch {
             throw Bootstrap.fail("--\(error.description)", code: 2)
         }
-        let id = try await options.withNotifications { store in try await store.add(subscriber) }
+        let id = try await options.withNotifications { subscribers, _ in try await subscribers.add(subscriber) }
         if options.json { return options.printJSON(["id": .number(Double(id)), "secret": .string(subscriber.secret)]) }
         print("Subscriber \(id) added: \(URLPolicy.redacted(subscriber.url))")
         print("Secret (shown once; the subscriber verifies deliveries with it): \(subscriber.secret)")
@@ -59,7 +59,7 @@ struct SubscribersList: AsyncParsableCommand {
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
-        let subscribers = try await options.withNotifications { store in try await store.subscribers() }
+        let subscribers = try await options.withNotifications { subscribers, _ in try await subscribers.subscribers() }
         if options.json { return try options.printJSON(SubscriberList(subscribers)) }
         if subscribers.isEmpty { return print("(no subscribers)") }
         print(Table.render(
@@ -90,7 +90,7 @@ struct SubscribersRotateSecret: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        guard let rotation = try await options.withNotifications({ store in try await store.rotateSecret(subscriber: id) }) else {
+        guard let rotation = try await options.withNotifications({ subscribers, _ in try await subscribers.rotateSecret(subscriber: id) }) else {
             throw Bootstrap.fail("no subscriber \(id)")
         }
         if options.json {
@@ -116,7 +116,7 @@ struct SubscribersRemove: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        guard try await options.withNotifications({ store in try await store.remove(subscriber: id) }) else {
+        guard try await options.withNotifications({ subscribers, _ in try await subscribers.remove(subscriber: id) }) else {
             throw Bootstrap.fail("no subscriber \(id)")
         }
         if options.json { return options.printJSON(["removed": .number(Double(id))]) }
@@ -140,8 +140,8 @@ struct NotificationsList: AsyncParsableCommand {
     @Option(help: "The next cursor printed by the previous page.") var cursor: String?
     @OptionGroup var options: AdminOptions
 
-    func filter() throws(AdminQueries.InvalidParameter) -> NotificationStore.Filter {
-        try NotificationStore.Filter.parse(status: status, subscriber: subscriber, sub: sub, limit: limit, cursor: cursor)
+    func filter() throws(InvalidParameter) -> NotificationOutbox.Filter {
+        try NotificationOutbox.Filter.parse(status: status, subscriber: subscriber, sub: sub, limit: limit, cursor: cursor)
     }
 
     func validate() throws {
@@ -154,7 +154,7 @@ struct NotificationsList: AsyncParsableCommand {
 
     func run() async throws {
         let filter = try filter()
-        let page = try await options.withNotifications { store in try await store.notifications(filter) }
+        let page = try await options.withNotifications { _, outbox in try await outbox.notifications(filter) }
         if options.json { return try options.printJSON(page) }
         if page.notifications.isEmpty { return print("(no notifications)") }
         print(Table.render(
@@ -181,7 +181,7 @@ struct NotificationsShow: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        guard let record = try await options.withNotifications({ store in try await store.notification(id: id) }) else {
+        guard let record = try await options.withNotifications({ _, outbox in try await outbox.notification(id: id) }) else {
             throw Bootstrap.fail("no notification \(id)")
         }
         let json = try JSONValueEncoder().encode(record)
@@ -206,12 +206,12 @@ struct NotificationsReplay: AsyncParsableCommand {
 
     func run() async throws {
         let id = self.id
-        let (replayed, problem) = try await options.withNotifications { store -> ([Int64], String?) in
+        let (replayed, problem) = try await options.withNotifications { _, outbox -> ([Int64], String?) in
             let ids: [Int64]
-            if let id { ids = [id] } else { ids = try await store.deadIDs() }
+            if let id { ids = [id] } else { ids = try await outbox.deadIDs() }
             var replayed: [Int64] = []
             for candidate in ids {
-                switch try await store.replay(id: candidate) {
+                switch try await outbox.replay(id: candidate) {
                 case .replayed: replayed.append(candidate)
                 case .notFound where id != nil: return ([], "no notification \(candidate)")
                 case .pending where id != nil: return ([], "notification \(candidate) is still pending: it will be sent")

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PostgresNIO
+import RISC
 import RISCConfiguration
 import RISCServer
 import RISCStore
@@ -54,7 +55,7 @@ struct VaultRotate: AsyncParsableCommand {
                     progress.update(done: done, total: max(total, done))
                 }
                 progress.finish()
-                let sealed = try await NotificationStore(client: client, cipher: cipher, logger: logger).resealSecrets(rekey: true)
+                let sealed = try await SubscriberStore(client: client, cipher: cipher, logger: logger).resealSecrets(rekey: true)
                 if sealed > 0 { print("Re-sealed \(sealed) subscriber secret\(sealed == 1 ? "" : "s") under key \(cipher.currentKeyID).") }
                 return done
             }

@@ -33,8 +33,8 @@ struct AdminTests {
                        '[]', '{}', now(), 'done', now()
                 FROM generate_series(1, 1000000) AS k
                 """)
-            let queries = AdminQueries(client: harness.database, timeout: .milliseconds(300), logger: Harness.logger)
-            let stats = try await queries.stats()
+            let reports = AdminReports(client: harness.database, timeout: .milliseconds(300), logger: Harness.logger)
+            let stats = try await reports.stats()
             #expect(stats.byStatus[.done] == 1_000_000)
             #expect(stats.byType["sessions-revoked"] == 1_000_000)
         }

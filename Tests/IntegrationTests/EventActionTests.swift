@@ -250,8 +250,8 @@ struct EventActionTests {
             for try await value in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(disabled)").decode(Int64.self) {
                 id = value
             }
-            let queue = EventQueue(client: harness.database, logger: Harness.logger)
-            #expect(try await queue.replay(id: try #require(id)) == .replayed)
+            let events = EventAdmin(client: harness.database, logger: Harness.logger)
+            #expect(try await events.replay(id: try #require(id)) == .replayed)
             #expect(try await harness.waitUntilProcessed(jti: disabled) == "done")
             #expect(try await harness.signIn(sub: sub).status == 200, "the replayed, earlier event must not disable the account")
             #expect(

@@ -262,7 +262,7 @@ struct NotificationTests {
     @Test("RISC_SUBSCRIBERS: the dispatcher makes the configured subscribers exactly the list, by URL, and leaves the others alone")
     func configuredSubscribers() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
-            let store = NotificationStore(client: harness.database, cipher: NotificationDispatcher.Settings.fast.cipher, logger: Harness.logger)
+            let store = SubscriberStore(client: harness.database, cipher: NotificationDispatcher.Settings.fast.cipher, logger: Harness.logger)
             let secret = StandardWebhook.generateSecret()
             let byOperator = try await store.add(.init(url: "https://operator.example.com/hook", secret: nil, actions: nil))
             var settings = NotificationDispatcher.Settings.fast
@@ -281,7 +281,7 @@ struct NotificationTests {
             let sealedBefore = try await sealedSecret("https://b.example.com/hook")
             // Its secret lives in RISC_SUBSCRIBERS: a rotation here would be undone by the next dispatcher to start.
             let configuredID = try #require(try await store.subscribers().first { $0.url == "https://b.example.com/hook" }?.id)
-            await #expect(throws: NotificationStore.ConfiguredSubscriber.self) { _ = try await store.rotateSecret(subscriber: configuredID) }
+            await #expect(throws: SubscriberStore.ConfiguredSubscriber.self) { _ = try await store.rotateSecret(subscriber: configuredID) }
             settings.configuredSubscribers = [
                 try .init(url: "https://b.example.com/hook", secret: secret, actions: ["disable_sign_in"]),
                 try .init(url: "https://c.example.com/hook", secret: secret, actions: nil),
@@ -306,7 +306,7 @@ struct NotificationTests {
             let subscriber = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
             let sub = "late-\(UUID().uuidString)"
             _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
-            let store = NotificationStore(client: harness.database, logger: Harness.logger)
+            let store = NotificationOutbox(client: harness.database, logger: Harness.logger)
             let first = try #require(try await store.claim(subscriber: subscriber, limit: 10, lease: .seconds(15)).first)
             #expect(first.attempt == 1)
             // Its lease runs out; another dispatcher takes it again.
@@ -334,7 +334,7 @@ struct NotificationTests {
                 FROM generate_series(1, 6001) AS k
                 """)
             // The claim reads the due notifications in index order and stops at its limit: no sort of the backlog.
-            let query = try NotificationStore.claimQuery(subscriber: subscriber, limit: 8, lease: .seconds(15))
+            let query = try NotificationOutbox.claimQuery(subscriber: subscriber, limit: 8, lease: .seconds(15))
             var plan: [String] = []
             for try await line in try await harness.database.query(
                 PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, binds: query.binds), logger: Harness.logger
@@ -346,7 +346,7 @@ struct NotificationTests {
             // As an anti-join, this took minutes (6,000 pending rows, 36 million comparisons); the plan above is what
             // shows it is not one. The bound here only has to tell minutes from seconds: beside the whole parallel
             // suite, claiming the 5,992 rows below took longer than the store's usual 10 s.
-            let store = NotificationStore(client: harness.database, timeout: .seconds(60), logger: Harness.logger)
+            let store = NotificationOutbox(client: harness.database, timeout: .seconds(60), logger: Harness.logger)
             let claimed = try await store.claim(subscriber: subscriber, limit: 8, lease: .seconds(15))
             #expect(claimed.count == 8)
             // backlog-1 has two rows (k = 1 and 6001): only the first can be taken.

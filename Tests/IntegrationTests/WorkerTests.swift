@@ -195,11 +195,12 @@ struct WorkerTests {
                 WHERE jti = 'broken'
                 """)
             let id = try await database.count("SELECT id FROM risc_events WHERE jti = 'broken'")
-            #expect(try await queue.replay(id: Int64(id)) == .replayed)
+            let events = EventAdmin(client: database.client, logger: Harness.logger)
+            #expect(try await events.replay(id: Int64(id)) == .replayed)
             #expect(try await queue.processBatch(limit: 10).done == 1)
             #expect(try await database.count("SELECT count(*) FROM risc_events WHERE status = 'done' AND attempts = 1 AND last_error IS NULL") == 1)
             #expect(try await database.count("SELECT count(*) FROM risc_event_actions WHERE kind = 'record_verification' AND detail = 'fixed'") == 1)
-            #expect(try await queue.replay(id: 999_999) == .notFound)
+            #expect(try await events.replay(id: 999_999) == .notFound)
         }
     }
 

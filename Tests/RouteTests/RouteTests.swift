@@ -15,25 +15,50 @@ import Testing
 struct RouteTests {
     static let adminToken = "route-test-admin-token-0123456789"
 
-    /// Answers "nothing there" (nil, false, not found), or throws `failure` from every call when it is set.
-    struct FakeAdminStore: AdminStore {
+    /// Answers "nothing there" (nil, false, not found), or throws `failure` from every call when it is set. One fake
+    /// for each of the admin API's stores: events, reports, subscribers and notifications.
+    struct FakeAdminStore {
         struct NotInThisFake: Error {}
         var failure: (any Error & Sendable)?
 
-        func fail() throws { if let failure { throw failure } }
-        func events(_ filter: AdminQueries.EventFilter) async throws -> EventPage { try fail(); throw NotInThisFake() }
-        func event(id: Int64) async throws -> EventDetail? { try fail(); return nil }
-        func replayEvent(id: Int64) async throws -> EventQueue.ReplayOutcome { try fail(); return id == 7 ? .ignored : .notFound }
-        func explainEvent(id: Int64) async throws -> EventExplanation? { try fail(); return nil }
-        func user(sub: String) async throws -> UserReport? { try fail(); return nil }
-        func stats() async throws -> QueueStats { try fail(); throw NotInThisFake() }
-        func subscribers() async throws -> [SubscriberRecord] { try fail(); return [] }
-        func addSubscriber(_ subscriber: NotificationStore.NewSubscriber) async throws -> Int64 { try fail(); return 42 }
-        func removeSubscriber(id: Int64) async throws -> Bool { try fail(); return false }
-        func rotateSubscriberSecret(id: Int64) async throws -> NotificationStore.SecretRotation? { try fail(); return nil }
-        func notifications(_ filter: NotificationStore.Filter) async throws -> NotificationPage { try fail(); throw NotInThisFake() }
-        func notification(id: Int64) async throws -> NotificationRecord? { try fail(); return nil }
-        func replayNotification(id: Int64) async throws -> NotificationStore.ReplayOutcome { try fail(); return .pending }
+        struct Events: EventAdministering {
+            let failure: (any Error & Sendable)?
+            func fail() throws { if let failure { throw failure } }
+            func events(_ filter: EventAdmin.Filter) async throws -> EventPage { try fail(); throw NotInThisFake() }
+            func event(id: Int64) async throws -> EventDetail? { try fail(); return nil }
+            func replay(id: Int64) async throws -> EventAdmin.ReplayOutcome { try fail(); return id == 7 ? .ignored : .notFound }
+            func explain(id: Int64) async throws -> EventExplanation? { try fail(); return nil }
+        }
+
+        struct Reports: AdminReporting {
+            let failure: (any Error & Sendable)?
+            func fail() throws { if let failure { throw failure } }
+            func user(sub: String) async throws -> UserReport? { try fail(); return nil }
+            func stats() async throws -> QueueStats { try fail(); throw NotInThisFake() }
+        }
+
+        struct Subscribers: SubscriberStoring {
+            let failure: (any Error & Sendable)?
+            func fail() throws { if let failure { throw failure } }
+            func subscribers() async throws -> [SubscriberRecord] { try fail(); return [] }
+            func add(_ subscriber: NewSubscriber) async throws -> Int64 { try fail(); return 42 }
+            func remove(subscriber id: Int64) async throws -> Bool { try fail(); return false }
+            func rotateSecret(subscriber id: Int64) async throws -> SubscriberStore.SecretRotation? { try fail(); return nil }
+        }
+
+        struct Notifications: NotificationAdministering {
+            let failure: (any Error & Sendable)?
+            func fail() throws { if let failure { throw failure } }
+            func notifications(_ filter: NotificationOutbox.Filter) async throws -> NotificationPage { try fail(); throw NotInThisFake() }
+            func notification(id: Int64) async throws -> NotificationRecord? { try fail(); return nil }
+            func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome { try fail(); return .pending }
+        }
+
+        func addRoutes(to router: Router<AppRequestContext>) {
+            AdminAPI.addRoutes(
+                to: router, adminToken: adminToken, events: Events(failure: failure), reports: Reports(failure: failure),
+                subscribers: Subscribers(failure: failure), notifications: Notifications(failure: failure))
+        }
     }
 
     /// No session is known; or every call throws `failure`.
@@ -85,7 +110,7 @@ struct RouteTests {
         admin: FakeAdminStore = .init(), sessions: FakeSessions = .init(), inbox: FakeInbox = .init(), grants: FakeGrants = .init()
     ) -> some ApplicationProtocol {
         let router = Router(context: AppRequestContext.self)
-        AdminController<AppRequestContext, FakeAdminStore>(adminToken: adminToken, store: admin).addRoutes(to: router)
+        admin.addRoutes(to: router)
         SessionController<AppRequestContext, FakeSessions>(
             verifier: IDTokenVerifier(keys: keys(), policy: IDTokenPolicy(audiences: ["client"])), sessions: sessions
         ).addRoutes(to: router)

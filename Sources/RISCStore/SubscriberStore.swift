@@ -3,12 +3,10 @@ import Logging
 import PostgresNIO
 import RISC
 
-/// The notification outbox: subscribers, their notifications, and the dispatchers' claims on them.
-/// Rows are written by the database itself, in the transaction that records each action (routine risc_notify_subscribers);
-/// this is everything else: the admin API's and CLI's reads and replays, and the dispatchers' side.
-public struct NotificationStore: Sendable {
-    public static let channel = "risc_notifications"
-
+/// The subscribers the app's services registered to hear of actions: their URLs, the action kinds each wants, and
+/// their signing secrets, sealed at rest (RISC_VAULT_KEY), rotated, and kept to RISC_SUBSCRIBERS' list for the
+/// configured ones. Their notifications are the outbox's (`NotificationOutbox`).
+public struct SubscriberStore: Sendable {
     let client: PostgresClient
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
@@ -41,37 +39,6 @@ public struct NotificationStore: Sendable {
 
     private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await client.withConnection(timeout: timeout, body)
-    }
-
-    // MARK: Subscribers
-
-    /// A subscriber as given by an operator, checked: an https URL (http on loopback), a `whsec_` secret
-    /// (generated when none is given), and action kinds from `ActionKind.notified` (nil: all).
-    public struct NewSubscriber: Sendable {
-        public let url: String
-        public let secret: String
-        public let actions: [ActionKind]?
-
-        public init(url: String, secret: String?, actions: [String]?) throws(AdminQueries.InvalidParameter) {
-            if let problem = URLPolicy.subscriberURLProblem(url) { throw .init(name: "url", problem: problem) }
-            if let secret, StandardWebhook.key(secret: secret) == nil {
-                throw .init(name: "secret", problem: "must be whsec_ followed by 24 to 64 bytes in base64")
-            }
-            var kinds: [ActionKind]?
-            if let actions {
-                let names = ActionKind.notified.map(\.rawValue)
-                kinds = try actions.map { name throws(AdminQueries.InvalidParameter) in
-                    guard let kind = ActionKind(rawValue: name), ActionKind.notified.contains(kind) else {
-                        throw .init(name: "actions", problem: "'\(name)' is not one of \(names.joined(separator: ", "))")
-                    }
-                    return kind
-                }
-                guard !(kinds ?? []).isEmpty else { throw .init(name: "actions", problem: "must name at least one action kind") }
-            }
-            self.url = url
-            self.secret = secret ?? StandardWebhook.generateSecret()
-            self.actions = kinds
-        }
     }
 
     /// Adds a subscriber, its secret sealed; it hears of actions taken from now on. Returns its id.
@@ -267,132 +234,6 @@ public struct NotificationStore: Sendable {
         }
     }
 
-    // MARK: Notifications, for admins
-
-    public struct Filter: Sendable {
-        public var status: NotificationStatus?
-        public var subscriber: Int64?
-        public var sub: String?
-        public var limit = 50
-        public var cursor: String?
-        public init() {}
-
-        public static func parse(
-            status: String?, subscriber: String?, sub: String?, limit: String?, cursor: String?
-        ) throws(AdminQueries.InvalidParameter) -> Filter {
-            var filter = Filter()
-            if let status {
-                guard let known = NotificationStatus(rawValue: status) else {
-                    throw .init(name: "status", problem: "must be one of \(NotificationStatus.allCases.map(\.rawValue).joined(separator: ", "))")
-                }
-                filter.status = known
-            }
-            if let subscriber {
-                guard let id = Int64(subscriber) else { throw .init(name: "subscriber", problem: "must be a subscriber id (a number)") }
-                filter.subscriber = id
-            }
-            filter.sub = sub
-            filter.limit = try AdminQueries.parseLimit(limit)
-            filter.cursor = try AdminQueries.checkCursor(cursor)
-            return filter
-        }
-    }
-
-    public func notifications(_ filter: Filter) async throws -> NotificationPage {
-        try await bounded { connection in
-            let before = filter.cursor.flatMap(AdminQueries.decodeCursor)
-            let rows = try await connection.query(
-                """
-                SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications
-                WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
-                  AND (\(filter.subscriber)::int8 IS NULL OR subscriber_id = \(filter.subscriber))
-                  AND (\(filter.sub)::text IS NULL OR sub = \(filter.sub))
-                  AND (\(before)::int8 IS NULL OR id < \(before))
-                ORDER BY id DESC LIMIT \(filter.limit + 1)
-                """, logger: logger)
-            var page = NotificationPage(notifications: [])
-            for try await row in rows.decode(NotificationRecord.Row.self) {
-                if page.notifications.count == filter.limit {
-                    page.nextCursor = AdminQueries.encodeCursor(page.notifications.last!.id)
-                    break
-                }
-                page.notifications.append(NotificationRecord(row: row))
-            }
-            return page
-        }
-    }
-
-    public func notification(id: Int64) async throws -> NotificationRecord? {
-        try await bounded { connection in
-            let rows = try await connection.query(
-                "SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications WHERE id = \(id)", logger: logger)
-            for try await row in rows.decode(NotificationRecord.Row.self) { return NotificationRecord(row: row) }
-            return nil
-        }
-    }
-
-    public enum ReplayOutcome: Sendable, Equatable {
-        case replayed
-        case notFound
-        /// Still pending: it will be sent anyway.
-        case pending
-    }
-
-    /// Sends a dead (or delivered) notification again, with the same `webhook-id`, attempts counted afresh.
-    public func replay(id: Int64) async throws -> ReplayOutcome {
-        try await bounded { connection in
-            let rows = try await connection.query(
-                """
-                WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
-                updated AS (
-                    UPDATE risc_notifications n
-                    SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
-                        delivered_at = NULL
-                    FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
-                    RETURNING n.id
-                )
-                SELECT EXISTS (SELECT 1 FROM updated) FROM target
-                """, logger: logger)
-            var outcome = ReplayOutcome.notFound
-            for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
-            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
-            return outcome
-        }
-    }
-
-    /// The ids of every dead notification, oldest first (for `notifications replay --dead`).
-    public func deadIDs() async throws -> [Int64] {
-        try await bounded { connection in
-            var ids: [Int64] = []
-            for try await id in try await connection.query(
-                "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", logger: logger
-            ).decode(Int64.self) {
-                ids.append(id)
-            }
-            return ids
-        }
-    }
-
-    // MARK: Dispatchers
-
-    /// One notification taken for delivery: what to send, where, and with which key.
-    public struct Delivery: Sendable {
-        public let id: Int64
-        public let webhookID: String
-        public let notification: ActionNotification
-        /// Including the one about to be made.
-        public let attempt: Int
-        public let subscriberID: Int64
-        public let url: String
-        /// The secret that signs, opened; nil if it cannot be (`secretProblem` says why).
-        public let secret: String?
-        /// A secret rotated out less than 24 hours ago, which signs too.
-        public let previousSecret: String?
-        public let secretProblem: String?
-        /// The trace of the request that stored the notification's event (tracing on), which the delivery continues.
-        public let traceparent: String?
-    }
-
     /// A subscriber as a dispatcher sees it (it claims one subscriber at a time): whether its secret can be opened here.
     public struct DeliveryTarget: Sendable, Equatable {
         public let id: Int64
@@ -417,117 +258,18 @@ public struct NotificationStore: Sendable {
     /// A subscriber's secret, opened, or why it cannot be: sealed under a vault key this process does not have, or
     /// sealed with RISC_VAULT_KEY not set here. Never the secret in the reason.
     func openSecret(clear: String?, sealed: Data?, keyID: String?, subscriber id: Int64) -> (secret: String?, problem: String?) {
+        Self.openSecret(with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: id)
+    }
+
+    /// The same with a given cipher: the outbox opens the secrets of the deliveries it hands out.
+    static func openSecret(
+        with cipher: VaultCipher?, clear: String?, sealed: Data?, keyID: String?, subscriber id: Int64
+    ) -> (secret: String?, problem: String?) {
         guard let sealed else { return (clear, nil) }
         guard let cipher else { return (nil, "the subscriber's secret is sealed and RISC_VAULT_KEY is not set") }
         guard let secret = try? cipher.open(sealed, keyID: keyID ?? "", subscriberID: id) else {
             return (nil, "the subscriber's secret cannot be opened with the configured vault keys")
         }
         return (secret, nil)
-    }
-
-    /// Gives back a notification taken for delivery but not sent (its subscriber's secret could not be opened): its
-    /// attempt is not counted, and it is due again at once, for a dispatcher that can open the secret. Only while
-    /// that attempt still holds the row.
-    public func release(_ delivery: Delivery) async throws {
-        try await bounded { connection in
-            _ = try await connection.query(
-                """
-                UPDATE risc_notifications SET attempts = attempts - 1, next_attempt_at = now()
-                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
-                """, logger: logger)
-        }
-    }
-
-    /// Takes up to `limit` due notifications of one subscriber, only the oldest pending one of each of its users, so a
-    /// user's notifications go out in order. Each is counted as an attempt and leased for `lease`: if the
-    /// dispatcher dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
-    public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
-        try await bounded { connection in
-            let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
-            var claimed: [Delivery] = []
-            for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                keyID, previousSealed, previousKeyID, traceparent, issuedAt)
-                in rows.decode(
-                    (Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                     String?, String?, Date?).self)
-            {
-                let (secret, problem) = openSecret(clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
-                let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
-                let notification = ActionNotification(
-                    kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-                    issuedAt: issuedAt, occurredAt: occurredAt)
-                claimed.append(
-                    Delivery(
-                        id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
-                        url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent))
-            }
-            return claimed.sorted { $0.id < $1.id }
-        }
-    }
-
-    /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,
-    /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
-    /// the pending-order index run per candidate. Before the table's first ANALYZE, PostgreSQL planned an anti-join
-    /// here as a nested loop over every pending row, quadratic in the backlog.
-    public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
-        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-        return try """
-            WITH due AS (
-                SELECT n.id FROM risc_notifications n
-                WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
-                  AND n.id = (
-                      SELECT head.id FROM risc_notifications head
-                      WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
-                      ORDER BY head.id LIMIT 1)
-                ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
-                FOR UPDATE OF n SKIP LOCKED
-            )
-            UPDATE risc_notifications n
-            SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
-            FROM due, risc_subscribers s
-            WHERE n.id = due.id AND s.id = n.subscriber_id
-            RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-                      n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
-                      CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
-                      n.traceparent, n.event_issued_at
-            """
-    }
-
-    /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if
-    /// its attempt still holds the row, as for a failure: a record that comes after the lease ran out, once
-    /// another dispatcher has taken the row again, changes nothing (that attempt decides, and a user's next
-    /// notification is not released while this one may still be sent). Returns how many were recorded.
-    public func markDelivered(_ deliveries: [(id: Int64, attempt: Int)]) async throws -> Int {
-        try await bounded { connection in
-            var recorded = 0
-            for try await count in try await connection.query(
-                """
-                WITH done AS (
-                    UPDATE risc_notifications n SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
-                    FROM unnest(\(deliveries.map(\.id)), \(deliveries.map { Int32($0.attempt) })) AS d(id, attempts)
-                    WHERE n.id = d.id AND n.attempts = d.attempts AND n.status = \(NotificationStatus.pending)
-                    RETURNING 1
-                )
-                SELECT count(*)::int8 FROM done
-                """, logger: logger
-            ).decode(Int64.self) {
-                recorded = Int(count)
-            }
-            return recorded
-        }
-    }
-
-    /// A failed attempt: due again after `retryAfter` seconds, or dead when nil. Only if no other dispatcher has
-    /// taken the row since (its lease ran out): that one's attempt decides.
-    public func markFailed(_ delivery: Delivery, error: String, retryAfter: Double?) async throws {
-        try await bounded { connection in
-            _ = try await connection.query(
-                """
-                UPDATE risc_notifications
-                SET status = \(retryAfter == nil ? NotificationStatus.dead : NotificationStatus.pending), last_error = \(error),
-                    next_attempt_at = now() + make_interval(secs => \(retryAfter ?? 0))
-                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
-                """, logger: logger)
-        }
     }
 }

@@ -1,0 +1,261 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+
+/// The notification outbox: one row per notification of an action to a subscriber, written by the database itself
+/// in the transaction that records the action (routine risc_notify_subscribers). Here is the rest of each row's life:
+/// the dispatchers' claim, lease and record of the delivery, and the admin API's and CLI's listings and replays.
+public struct NotificationOutbox: Sendable {
+    public static let channel = "risc_notifications"
+
+    let client: PostgresClient
+    let logger: Logger
+    /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
+    let timeout: Duration
+    /// Opens the secrets of the subscribers whose notifications are handed out (RISC_VAULT_KEY); nil without the key.
+    let cipher: VaultCipher?
+
+    public init(client: PostgresClient, timeout: Duration = .seconds(5), cipher: VaultCipher? = nil, logger: Logger) {
+        self.client = client
+        self.timeout = timeout
+        self.cipher = cipher
+        self.logger = logger
+    }
+
+    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection(timeout: timeout, body)
+    }
+
+    // MARK: For admins
+
+    public struct Filter: Sendable {
+        public var status: NotificationStatus?
+        public var subscriber: Int64?
+        public var sub: String?
+        public var limit = 50
+        public var cursor: String?
+        public init() {}
+
+        public static func parse(
+            status: String?, subscriber: String?, sub: String?, limit: String?, cursor: String?
+        ) throws(InvalidParameter) -> Filter {
+            var filter = Filter()
+            if let status {
+                guard let known = NotificationStatus(rawValue: status) else {
+                    throw .init(name: "status", problem: "must be one of \(NotificationStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                filter.status = known
+            }
+            if let subscriber {
+                guard let id = Int64(subscriber) else { throw .init(name: "subscriber", problem: "must be a subscriber id (a number)") }
+                filter.subscriber = id
+            }
+            filter.sub = sub
+            filter.limit = try AdminPaging.parseLimit(limit)
+            filter.cursor = try AdminPaging.checkCursor(cursor)
+            return filter
+        }
+    }
+
+    public func notifications(_ filter: Filter) async throws -> NotificationPage {
+        try await bounded { connection in
+            let before = filter.cursor.flatMap(AdminPaging.decodeCursor)
+            let rows = try await connection.query(
+                """
+                SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications
+                WHERE (\(filter.status)::text IS NULL OR status = \(filter.status))
+                  AND (\(filter.subscriber)::int8 IS NULL OR subscriber_id = \(filter.subscriber))
+                  AND (\(filter.sub)::text IS NULL OR sub = \(filter.sub))
+                  AND (\(before)::int8 IS NULL OR id < \(before))
+                ORDER BY id DESC LIMIT \(filter.limit + 1)
+                """, logger: logger)
+            var page = NotificationPage(notifications: [])
+            for try await row in rows.decode(NotificationRecord.Row.self) {
+                if page.notifications.count == filter.limit {
+                    page.nextCursor = AdminPaging.encodeCursor(page.notifications.last!.id)
+                    break
+                }
+                page.notifications.append(NotificationRecord(row: row))
+            }
+            return page
+        }
+    }
+
+    public func notification(id: Int64) async throws -> NotificationRecord? {
+        try await bounded { connection in
+            let rows = try await connection.query(
+                "SELECT \(unescaped: NotificationRecord.columns) FROM risc_notifications WHERE id = \(id)", logger: logger)
+            for try await row in rows.decode(NotificationRecord.Row.self) { return NotificationRecord(row: row) }
+            return nil
+        }
+    }
+
+    public enum ReplayOutcome: Sendable, Equatable {
+        case replayed
+        case notFound
+        /// Still pending: it will be sent anyway.
+        case pending
+    }
+
+    /// Sends a dead (or delivered) notification again, with the same `webhook-id`, attempts counted afresh.
+    public func replay(id: Int64) async throws -> ReplayOutcome {
+        try await bounded { connection in
+            let rows = try await connection.query(
+                """
+                WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
+                updated AS (
+                    UPDATE risc_notifications n
+                    SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
+                        delivered_at = NULL
+                    FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
+                    RETURNING n.id
+                )
+                SELECT EXISTS (SELECT 1 FROM updated) FROM target
+                """, logger: logger)
+            var outcome = ReplayOutcome.notFound
+            for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
+            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
+            return outcome
+        }
+    }
+
+    /// The ids of every dead notification, oldest first (for `notifications replay --dead`).
+    public func deadIDs() async throws -> [Int64] {
+        try await bounded { connection in
+            var ids: [Int64] = []
+            for try await id in try await connection.query(
+                "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", logger: logger
+            ).decode(Int64.self) {
+                ids.append(id)
+            }
+            return ids
+        }
+    }
+
+    // MARK: For dispatchers
+
+    /// One notification taken for delivery: what to send, where, and with which key.
+    public struct Delivery: Sendable {
+        public let id: Int64
+        public let webhookID: String
+        public let notification: ActionNotification
+        /// Including the one about to be made.
+        public let attempt: Int
+        public let subscriberID: Int64
+        public let url: String
+        /// The secret that signs, opened; nil if it cannot be (`secretProblem` says why).
+        public let secret: String?
+        /// A secret rotated out less than 24 hours ago, which signs too.
+        public let previousSecret: String?
+        public let secretProblem: String?
+        /// The trace of the request that stored the notification's event (tracing on), which the delivery continues.
+        public let traceparent: String?
+    }
+
+    /// Gives back a notification taken for delivery but not sent (its subscriber's secret could not be opened): its
+    /// attempt is not counted, and it is due again at once, for a dispatcher that can open the secret. Only while
+    /// that attempt still holds the row.
+    public func release(_ delivery: Delivery) async throws {
+        try await bounded { connection in
+            _ = try await connection.query(
+                """
+                UPDATE risc_notifications SET attempts = attempts - 1, next_attempt_at = now()
+                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
+                """, logger: logger)
+        }
+    }
+
+    /// Takes up to `limit` due notifications of one subscriber, only the oldest pending one of each of its users, so a
+    /// user's notifications go out in order. Each is counted as an attempt and leased for `lease`: if the
+    /// dispatcher dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
+    public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
+        try await bounded { connection in
+            let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
+            var claimed: [Delivery] = []
+            for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
+                keyID, previousSealed, previousKeyID, traceparent, issuedAt)
+                in rows.decode(
+                    (Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
+                     String?, String?, Date?).self)
+            {
+                let (secret, problem) = SubscriberStore.openSecret(with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
+                let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
+                let notification = ActionNotification(
+                    kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+                    issuedAt: issuedAt, occurredAt: occurredAt)
+                claimed.append(
+                    Delivery(
+                        id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
+                        url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent))
+            }
+            return claimed.sorted { $0.id < $1.id }
+        }
+    }
+
+    /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,
+    /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
+    /// the pending-order index run per candidate. Before the table's first ANALYZE, PostgreSQL planned an anti-join
+    /// here as a nested loop over every pending row, quadratic in the backlog.
+    public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
+        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+        return try """
+            WITH due AS (
+                SELECT n.id FROM risc_notifications n
+                WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
+                  AND n.id = (
+                      SELECT head.id FROM risc_notifications head
+                      WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
+                      ORDER BY head.id LIMIT 1)
+                ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
+                FOR UPDATE OF n SKIP LOCKED
+            )
+            UPDATE risc_notifications n
+            SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
+            FROM due, risc_subscribers s
+            WHERE n.id = due.id AND s.id = n.subscriber_id
+            RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+                      n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
+                      CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
+                      n.traceparent, n.event_issued_at
+            """
+    }
+
+    /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if
+    /// its attempt still holds the row, as for a failure: a record that comes after the lease ran out, once
+    /// another dispatcher has taken the row again, changes nothing (that attempt decides, and a user's next
+    /// notification is not released while this one may still be sent). Returns how many were recorded.
+    public func markDelivered(_ deliveries: [(id: Int64, attempt: Int)]) async throws -> Int {
+        try await bounded { connection in
+            var recorded = 0
+            for try await count in try await connection.query(
+                """
+                WITH done AS (
+                    UPDATE risc_notifications n SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
+                    FROM unnest(\(deliveries.map(\.id)), \(deliveries.map { Int32($0.attempt) })) AS d(id, attempts)
+                    WHERE n.id = d.id AND n.attempts = d.attempts AND n.status = \(NotificationStatus.pending)
+                    RETURNING 1
+                )
+                SELECT count(*)::int8 FROM done
+                """, logger: logger
+            ).decode(Int64.self) {
+                recorded = Int(count)
+            }
+            return recorded
+        }
+    }
+
+    /// A failed attempt: due again after `retryAfter` seconds, or dead when nil. Only if no other dispatcher has
+    /// taken the row since (its lease ran out): that one's attempt decides.
+    public func markFailed(_ delivery: Delivery, error: String, retryAfter: Double?) async throws {
+        try await bounded { connection in
+            _ = try await connection.query(
+                """
+                UPDATE risc_notifications
+                SET status = \(retryAfter == nil ? NotificationStatus.dead : NotificationStatus.pending), last_error = \(error),
+                    next_attempt_at = now() + make_interval(secs => \(retryAfter ?? 0))
+                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
+                """, logger: logger)
+        }
+    }
+}
