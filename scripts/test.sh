@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against throwaway PostgreSQL clusters that this script starts and removes.
+#   scripts/test.sh               everything, as CI runs it
+#   scripts/test.sh --quick       the build and `swift test` only (what a change needs most times)
+#   scripts/test.sh ARGS...       `swift test ARGS...` alone, e.g. --filter NotificationTests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/pg.sh
 
-echo "==> PostgreSQL 15 (apt: postgresql), unless installed"
+quick=false
+if [ "${1:-}" = "--quick" ]; then
+  quick=true
+  shift
+  [ $# -eq 0 ] || { echo "usage: scripts/test.sh [--quick | SWIFT_TEST_ARGUMENTS...]" >&2; exit 2; }
+fi
+started=$SECONDS
+# Each stage says how long it took, so a slow run shows where its time went.
+stage_started=$SECONDS
+stage_name=
+stage() {
+  if [ -n "$stage_name" ]; then echo "    ($stage_name: $((SECONDS - stage_started)) s)"; fi
+  stage_name=$1
+  stage_started=$SECONDS
+  echo "==> $1"
+}
+
+stage "PostgreSQL 15 (apt: postgresql), unless installed"
 pg_ensure_installed
 # Validators from PyPI: kubernetes-validate (it ships the schemas) for deploy/, openapi-spec-validator and
 # jsonschema for the admin API's OpenAPI document and live responses, standardwebhooks to check a notification's
@@ -14,7 +34,7 @@ pg_ensure_installed
 # the tests' `python3` is the one with the validators.
 venv=$PWD/.build-venv
 if ! "$venv/bin/python3" -c 'import kubernetes_validate, yaml, openapi_spec_validator, jsonschema, standardwebhooks, opentelemetry.proto' 2>/dev/null; then
-  echo "==> Python validators in $venv (pip: kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks opentelemetry-proto)"
+  stage "Python validators in $venv (pip: kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks opentelemetry-proto)"
   python3 -c 'import venv, ensurepip' 2>/dev/null || tools_ensure_installed_package python3-venv
   [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check \
@@ -49,24 +69,29 @@ export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_sta
 # hashing is deterministic: swift-protobuf (two default traits, through swift-otel) was then recompiled by
 # every other build plan. Set for SwiftPM here, so that its plans agree and the check below holds.
 export SWIFT_DETERMINISTIC_HASHING=1
-echo "==> swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
+stage "swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
 swift build --build-tests
 # Suites that load the machine themselves run after the rest, on their own: a flood of idle connections, 1,500
 # requests into a stalled log pipe, database counts that need a quiet database. Beside the whole parallel suite
 # they made other tests' time bounds fail, and their own.
 heavy='ConnectionLimitTests|DatabaseCostTests|stalledLogPipe'
 if [ $# -eq 0 ]; then
-  echo "==> swift test, all but the suites that load the machine themselves"
+  stage "swift test, all but the suites that load the machine themselves"
   swift test --skip-build --skip "$heavy"
-  echo "==> swift test, those suites on their own: $heavy"
+  stage "swift test, those suites on their own: $heavy"
   swift test --skip-build --filter "$heavy"
 else
-  echo "==> swift test $*"
+  stage "swift test $*"
   swift test --skip-build "$@"
 fi
 # swift test makes a new build plan; building again must compile nothing (package traits once reordered their
 # flags from one plan to the next and recompiled Configuration and Hummingbird each time).
-echo "==> a second build compiles nothing"
+if $quick; then
+  stage "done"
+  echo "scripts/test.sh --quick: passed in $((SECONDS - started)) s"
+  exit 0
+fi
+stage "a second build compiles nothing"
 second_build=$(swift build --build-tests 2>&1)
 if grep -E "Compiling " <<<"$second_build" | grep -v "Compiling plugin"; then
   echo "scripts/test.sh: a build with nothing changed recompiled the modules above" >&2
@@ -79,29 +104,31 @@ fi
 # every other script the README names.
 if [ $# -eq 0 ]; then
   tools_ensure_installed curl:curl ss:iproute2 pgrep:procps
-  echo "==> fault-injection suite (about 2 minutes)"
+  stage "fault-injection suite (about 2 minutes)"
   RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/fault-suite.sh
-  echo "==> network faults between the service and PostgreSQL: blackhole, reset, vanished host, failover (about 3 minutes)"
+  stage "network faults between the service and PostgreSQL: blackhole, reset, vanished host, failover (about 3 minutes)"
   RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/network-faults.sh
-  echo "==> scripts/run-local.sh: started twice, with a busy port, its walkthrough as printed, stopped by signals"
+  stage "scripts/run-local.sh: started twice, with a busy port, its walkthrough as printed, stopped by signals"
   scripts/check-run-local.sh
   # Every other script the README tells users to run gets a short run, so none stops working unnoticed: the
   # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (each exits
   # non-zero when a 202 was not stored), and the release tarball. These share one release build (.build/release,
   # Swift's runtime linked in, as it ships).
-  echo "==> fuzz/make-corpus.py writes the committed seed corpus again, byte for byte"
+  stage "fuzz/make-corpus.py writes the committed seed corpus again, byte for byte"
   python3 fuzz/make-corpus.py >/dev/null
   if [ -n "$(git status --porcelain -- fuzz/corpus 2>/dev/null)" ]; then
     git status --short -- fuzz/corpus >&2
     echo "scripts/test.sh: fuzz/make-corpus.py no longer writes the committed fuzz/corpus" >&2
     exit 1
   fi
-  echo "==> scripts/fuzz.sh 30 (a first run builds Crypto in release mode: several minutes)"
+  stage "scripts/fuzz.sh 30 (a first run builds Crypto in release mode: several minutes)"
   scripts/fuzz.sh 30
-  echo "==> benchmark smoke runs, tiny sizes (a first run builds risc-receiver in release mode: several minutes)"
+  stage "benchmark smoke runs, tiny sizes (a first run builds risc-receiver in release mode: several minutes)"
   RISC_BENCH_MAX_RATE=200 scripts/bench-ingest.sh 4 1 10
   scripts/bench-accounts.sh 20 300 1
   RISC_BENCH_TOKENS_PER_RUN=300 scripts/bench-growth.sh 2000 4 1
-  echo "==> scripts/release.sh, checked: the tarball's binary runs alone, with no Swift installed, and names its commit"
+  stage "scripts/release.sh, checked: the tarball's binary runs alone, with no Swift installed, and names its commit"
   scripts/check-release.sh
 fi
+stage "done"
+echo "scripts/test.sh: passed in $((SECONDS - started)) s"
