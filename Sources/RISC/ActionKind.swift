@@ -1,7 +1,7 @@
 /// The kinds of action recorded against an event: what `AccountAction` decides, and what
 /// `risc_apply_actions` records. The raw values are stored in `risc_event_actions.kind` and picked by the
-/// plpgsql `CASE`; a test holds the database to this list.
-public enum ActionKind: String, Sendable, CaseIterable {
+/// plpgsql `CASE`; a test holds the database to this list. It encodes as its raw value.
+public enum ActionKind: String, Sendable, CaseIterable, Encodable {
     case revokeSessions = "revoke_sessions"
     case deleteGrants = "delete_grants"
     case deleteGrantByPrefix = "delete_grant_by_prefix"

@@ -44,7 +44,7 @@ public struct ActionNotification: Sendable, Equatable {
 
 /// Where a notification stands: waiting for a (next) attempt, delivered (a 2xx), or dead after the
 /// last attempt, kept until replayed.
-public enum NotificationStatus: String, Sendable, CaseIterable {
+public enum NotificationStatus: String, Sendable, CaseIterable, Encodable {
     case pending
     case delivered
     case dead

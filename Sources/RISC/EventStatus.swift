@@ -1,5 +1,6 @@
 /// Where a stored event is in its life. The raw values are what the database's CHECK constraint,
-/// the plpgsql functions, the admin API and its OpenAPI document say; a test holds them all to this list.
+/// the plpgsql functions, the admin API and its OpenAPI document say; a test holds them all to this list. It
+/// encodes as its raw value, and keys a JSON object by it (`by_status`).
 ///
 /// ```
 ///   inbox applies the actions on receipt (serve with its worker)
@@ -13,7 +14,7 @@
 ///   ▼  │                                     │
 /// retry ─────────────────────────────────► dead
 /// ```
-public enum EventStatus: String, Sendable, CaseIterable {
+public enum EventStatus: String, Sendable, CaseIterable, Encodable, CodingKeyRepresentable {
     /// Stored and waiting for its first attempt. Moved here by the inbox when a SET of a known type is
     /// committed, and by an operator's replay. Next: a worker claims it as soon as it is woken (NOTIFY) or
     /// polls, and it becomes `done`, or `retry`/`dead` if applying its actions fails.

@@ -27,7 +27,7 @@ public struct AdminReports: Sendable {
     /// Everything about one user. Nil when the service has never heard of the sub.
     public func user(sub: String) async throws -> UserReport? {
         try await bounded { connection in
-            var report = UserReport(sub: sub, account: nil, flags: AccountFlags(), sessions: .init(), grants: .init(), recentEvents: [])
+            var report = UserReport(sub: sub, account: nil, flags: [], sessions: .init(), grants: .init(), recentEvents: [])
             for try await (email, emailVerified, name, hd, signInDisabled, disabledReason, signInStateAt, reviewRequired,
                            credentialChangeRequired, firstSeenAt, lastSignInAt) in try await connection.query(
                 """
@@ -37,10 +37,11 @@ public struct AdminReports: Sendable {
                 """, logger: logger
             ).decode((String?, Bool?, String?, String?, Bool, String?, Date?, Bool, Bool, Date, Date?).self) {
                 report.flags = AccountFlags(
-                    signInDisabled: signInDisabled, reviewRequired: reviewRequired, credentialChangeRequired: credentialChangeRequired)
+                    signInDisabled: signInDisabled, reviewRequired: reviewRequired, credentialChangeRequired: credentialChangeRequired
+                ).names
                 report.account = .init(
-                    email: email, emailVerified: emailVerified, name: name, hd: hd, disabledReason: disabledReason,
-                    signInStateAt: signInStateAt, firstSeenAt: firstSeenAt, lastSignInAt: lastSignInAt)
+                    email: email, emailVerified: emailVerified, name: name, hd: hd, signInDisabled: signInDisabled,
+                    disabledReason: disabledReason, signInStateAt: signInStateAt, firstSeenAt: firstSeenAt, lastSignInAt: lastSignInAt)
             }
             for try await (active, revoked) in try await connection.query(
                 """
@@ -85,18 +86,19 @@ public struct AdminReports: Sendable {
         // Then every stored event is counted, twice: at ten million events that takes seconds, more than
         // RISC_DATABASE_TIMEOUT, so the counts have a bound of their own.
         return try await client.withConnection(timeout: max(timeout, Self.countTimeout)) { connection in
-            var stats = QueueStats(byStatus: [:], byType: [:], backlog: backlog, mode: mode, shadowEvents: shadowEvents)
+            var byStatus: [EventStatus: Int] = [:]
             for try await (status, count) in try await connection.query(
                 "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger
             ).decode((EventStatus, Int64).self) {
-                stats.byStatus[status] = Int(count)
+                byStatus[status] = Int(count)
             }
+            var byType: [String: Int] = [:]
             for try await (type, count) in try await connection.query(
                 "SELECT t, count(*)::int8 FROM risc_events, unnest(event_types) AS t GROUP BY t", logger: logger
             ).decode((String, Int64).self) {
-                stats.byType[EventType(rawValue: type)?.shortName ?? type] = Int(count)
+                byType[EventType(rawValue: type)?.shortName ?? type] = Int(count)
             }
-            return stats
+            return QueueStats(byStatus: byStatus, byType: byType, backlog: backlog, mode: mode, shadowEvents: shadowEvents)
         }
     }
 

@@ -118,8 +118,9 @@ public struct EventAdmin: Sendable {
             {
                 let summary = EventSummary(row: (id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow))
                 found = EventDetail(
-                    summary: summary, issuer: issuer, issuedAt: issuedAt, runAfter: EventStatus.waiting.contains(status) ? runAfter : nil,
-                    lastError: lastError, claimsJSON: claims, decodedEvents: SecurityEvent.stored(events.utf8), actions: [])
+                    summary: summary, types: types, issuer: issuer, issuedAt: issuedAt,
+                    runAfter: EventStatus.waiting.contains(status) ? runAfter : nil, lastError: lastError, claims: claims,
+                    events: SecurityEvent.stored(events.utf8), actions: [])
             }
             guard var detail = found else { return nil }
             for try await (kind, sub, text, count, appliedAt, shadow) in try await connection.query(

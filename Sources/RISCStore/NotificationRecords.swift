@@ -7,6 +7,8 @@ import RISC
 /// One subscriber, with how many of its notifications wait and how many are dead.
 public struct SubscriberRecord: Sendable, Equatable, Encodable {
     public var id: Int64
+    /// The URL with any user-info and query string redacted (`URLPolicy.redacted`), as listings show it: never the URL
+    /// as stored, which may carry a credential.
     public var url: String
     /// Nil: every notified kind.
     public var actions: [ActionKind]?
@@ -19,22 +21,7 @@ public struct SubscriberRecord: Sendable, Equatable, Encodable {
     /// notifications wait, their attempts uncounted, until the right key is configured or the secret rotated.
     public var paused: String? = nil
 
-    /// The URL with any user-info and query string redacted: what listings show.
-    public var displayURL: String { URLPolicy.redacted(url) }
-
     enum CodingKeys: String, CodingKey { case id, url, actions, configured, createdAt = "created_at", pending, dead, paused }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(displayURL, forKey: .url)
-        try container.encode(actions?.map(\.rawValue), forKey: .actions)
-        try container.encode(configured, forKey: .configured)
-        try container.encode(createdAt, forKey: .createdAt)
-        try container.encode(pending, forKey: .pending)
-        try container.encode(dead, forKey: .dead)
-        try container.encode(paused, forKey: .paused)
-    }
 }
 
 /// Every subscriber, as the admin API and `subscribers list --json` show them.
@@ -49,8 +36,8 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
     public var id: Int64
     public var webhookID: String
     public var subscriberID: Int64
-    /// What the subscriber is (or was) sent.
-    public var notification: ActionNotification
+    /// What the subscriber is (or was) sent, exactly: `ActionNotification.body`.
+    public var body: JSONValue
     public var actionID: Int64
     public var status: NotificationStatus
     public var attempts: Int
@@ -73,9 +60,10 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
         let (id, webhookID, subscriberID, kind, sub, count, eventID, jti, eventType, occurredAt, actionID, status, attempts,
              nextAttemptAt, lastAttemptAt, lastError, deliveredAt, issuedAt) = row
         (self.id, self.webhookID, self.subscriberID) = (id, webhookID, subscriberID)
-        notification = ActionNotification(
+        body = ActionNotification(
             kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-            issuedAt: issuedAt, occurredAt: occurredAt)
+            issuedAt: issuedAt, occurredAt: occurredAt
+        ).body
         (self.actionID, self.status, self.attempts) = (actionID, status, Int(attempts))
         self.nextAttemptAt = status == .pending ? nextAttemptAt : nil
         (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)
@@ -84,22 +72,6 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
     enum CodingKeys: String, CodingKey {
         case id, webhookID = "webhook_id", subscriberID = "subscriber", body, actionID = "action_id", status, attempts
         case nextAttemptAt = "next_attempt_at", lastAttemptAt = "last_attempt_at", lastError = "last_error", deliveredAt = "delivered_at"
-    }
-
-    /// The notification as its `body`: exactly what the subscriber is sent.
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(id, forKey: .id)
-        try container.encode(webhookID, forKey: .webhookID)
-        try container.encode(subscriberID, forKey: .subscriberID)
-        try container.encode(notification.body, forKey: .body)
-        try container.encode(actionID, forKey: .actionID)
-        try container.encode(status.rawValue, forKey: .status)
-        try container.encode(attempts, forKey: .attempts)
-        try container.encode(nextAttemptAt, forKey: .nextAttemptAt)
-        try container.encode(lastAttemptAt, forKey: .lastAttemptAt)
-        try container.encode(lastError, forKey: .lastError)
-        try container.encode(deliveredAt, forKey: .deliveredAt)
     }
 }
 

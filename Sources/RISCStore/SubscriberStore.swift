@@ -218,8 +218,8 @@ public struct SubscriberStore: Sendable {
                 let paused = openSecret(clear: clear, sealed: sealed, keyID: keyID, subscriber: id).problem
                 found.append(
                     SubscriberRecord(
-                        id: id, url: url, actions: actions, configured: configured, createdAt: createdAt, pending: Int(pending), dead: Int(dead),
-                        paused: paused))
+                        id: id, url: URLPolicy.redacted(url), actions: actions, configured: configured, createdAt: createdAt,
+                        pending: Int(pending), dead: Int(dead), paused: paused))
             }
             return found
         }

@@ -1,15 +1,69 @@
+import NIOCore
 import PostgresNIO
 import RISC
 
 // The typed vocabulary binds as text, and text arrays, in every query: a misspelt status or kind does not compile.
+//
+// Every member is written out here, on the type. The enums are `Encodable` (the admin API's JSON), and postgres-nio
+// offers two defaults that would then both fit: `PostgresEncodable where Self: Encodable` (jsonb, binding a status
+// as the JSON string `"dead"`) and `where Self: RawRepresentable` (the raw value). A member of the type itself is
+// the witness whatever extensions offer, so a status binds as its raw value, as text.
+
 extension EventStatus: PostgresCodable, PostgresArrayEncodable, PostgresArrayDecodable {
+    public static var psqlType: PostgresDataType { .text }
+    public static var psqlFormat: PostgresFormat { .binary }
     public static var psqlArrayType: PostgresDataType { .textArray }
+
+    public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
+        rawValue.encode(into: &byteBuffer, context: context)
+    }
+
+    public init<JSONDecoder: PostgresJSONDecoder>(
+        from byteBuffer: inout ByteBuffer, type: PostgresDataType, format: PostgresFormat, context: PostgresDecodingContext<JSONDecoder>
+    ) throws {
+        self = try vocabulary(from: &byteBuffer, type: type, format: format, context: context)
+    }
 }
 
 extension ActionKind: PostgresCodable, PostgresArrayEncodable, PostgresArrayDecodable {
+    public static var psqlType: PostgresDataType { .text }
+    public static var psqlFormat: PostgresFormat { .binary }
     public static var psqlArrayType: PostgresDataType { .textArray }
+
+    public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
+        rawValue.encode(into: &byteBuffer, context: context)
+    }
+
+    public init<JSONDecoder: PostgresJSONDecoder>(
+        from byteBuffer: inout ByteBuffer, type: PostgresDataType, format: PostgresFormat, context: PostgresDecodingContext<JSONDecoder>
+    ) throws {
+        self = try vocabulary(from: &byteBuffer, type: type, format: format, context: context)
+    }
 }
 
 extension NotificationStatus: PostgresCodable, PostgresArrayEncodable, PostgresArrayDecodable {
+    public static var psqlType: PostgresDataType { .text }
+    public static var psqlFormat: PostgresFormat { .binary }
     public static var psqlArrayType: PostgresDataType { .textArray }
+
+    public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
+        rawValue.encode(into: &byteBuffer, context: context)
+    }
+
+    public init<JSONDecoder: PostgresJSONDecoder>(
+        from byteBuffer: inout ByteBuffer, type: PostgresDataType, format: PostgresFormat, context: PostgresDecodingContext<JSONDecoder>
+    ) throws {
+        self = try vocabulary(from: &byteBuffer, type: type, format: format, context: context)
+    }
+}
+
+/// The word a text cell holds. A word the vocabulary does not have (or a cell that is not text) fails as any cell
+/// that cannot be decoded does: a `PostgresDecodingError`.
+private func vocabulary<Word: RawRepresentable<String>, JSONDecoder: PostgresJSONDecoder>(
+    from byteBuffer: inout ByteBuffer, type: PostgresDataType, format: PostgresFormat, context: PostgresDecodingContext<JSONDecoder>
+) throws -> Word {
+    guard let text = try? String(from: &byteBuffer, type: type, format: format, context: context), let word = Word(rawValue: text) else {
+        throw PostgresDecodingError.Code.failure
+    }
+    return word
 }

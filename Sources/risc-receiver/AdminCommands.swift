@@ -136,7 +136,7 @@ struct EventsShow: AsyncParsableCommand {
         ] {
             print("\(key.padding(toLength: 13, withPad: " ", startingAt: 0)) \(Table.text(json[key]))")
         }
-        print("claims        \(event.claimsJSON)")
+        print("claims        \(event.claims.serialized)")
         print("\nactions:")
         print(Table.render(
             headers: ["KIND", "SUB", "ROWS", "MODE", "DETAIL", "APPLIED"],
@@ -256,7 +256,7 @@ struct UsersShow: AsyncParsableCommand {
         } else {
             line("account", "(never signed in)")
         }
-        line("flags", user.flags.names.joined(separator: ", "))
+        line("flags", user.flags.joined(separator: ", "))
         for (kind, counts) in [("sessions", user.sessions), ("grants", user.grants)] {
             line(kind, "\(counts.active) active, \(counts.revoked) revoked")
         }
@@ -275,8 +275,8 @@ struct Stats: AsyncParsableCommand {
         if options.json { return try options.printJSON(stats) }
         print("mode          \(stats.mode.rawValue)")
         print("shadow events \(stats.shadowEvents)")
-        print("queue depth   \(stats.backlog.depth)")
-        print("oldest        \(stats.backlog.oldestAgeSeconds.map { "\(Table.text(.number($0))) s" } ?? "- (nothing waiting)")")
+        print("queue depth   \(stats.queueDepth)")
+        print("oldest        \(stats.oldestPendingAgeSeconds.map { "\(Table.text(.number($0))) s" } ?? "- (nothing waiting)")")
         print("dead          \(stats.dead)\n")
         let statuses = EventStatus.allCases.sorted { $0.rawValue < $1.rawValue }
         print(Table.render(headers: ["STATUS", "EVENTS"], rows: statuses.map { [$0.rawValue, String(stats.byStatus[$0] ?? 0)] }))

@@ -66,7 +66,7 @@ struct SubscribersList: AsyncParsableCommand {
             headers: ["ID", "URL", "ACTIONS", "PENDING", "DEAD", "ADDED"],
             rows: subscribers.map { subscriber in
                 [
-                    String(subscriber.id), subscriber.displayURL, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
+                    String(subscriber.id), subscriber.url, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
                     String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
                 ]
             }))
@@ -161,8 +161,8 @@ struct NotificationsList: AsyncParsableCommand {
             headers: ["ID", "OCCURRED", "TYPE", "SUB", "SUBSCRIBER", "STATUS", "ATTEMPTS", "LAST ERROR"],
             rows: page.notifications.map { record in
                 [
-                    String(record.id), Table.text(.timestamp(record.notification.occurredAt)), record.notification.kind,
-                    record.notification.sub ?? "-", String(record.subscriberID), record.status.rawValue, String(record.attempts),
+                    String(record.id), Table.text(record.body["occurred_at"]), Table.text(record.body["type"]),
+                    Table.text(record.body["sub"]), String(record.subscriberID), record.status.rawValue, String(record.attempts),
                     record.lastError ?? "-",
                 ]
             }))

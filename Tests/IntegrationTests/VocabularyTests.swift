@@ -1,6 +1,7 @@
 import Foundation
 import PostgresNIO
 import RISC
+import RISCStore
 import Testing
 
 /// The statuses and action kinds are spelt once in Swift (`EventStatus`, `ActionKind`), and again where Swift
@@ -70,6 +71,46 @@ struct VocabularyTests {
                 "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'risc_notifications'::regclass AND contype = 'c'",
                 on: harness.database)
             #expect(notificationChecks.map { Self.literals($0[...]) } == [Set(NotificationStatus.allCases.map(\.rawValue))])
+        }
+    }
+
+    @Test("Encodable for the API's JSON, the vocabulary still binds as text and text[] (not jsonb), and reads back only its own words")
+    func binding() async throws {
+        // The JSON: each word as itself, and statuses as an object's keys.
+        #expect(try JSONValueEncoder().encode([EventStatus.dead: 1]) == ["dead": 1])
+        #expect(try JSONValueEncoder().encode([ActionKind.revokeSessions]) == ["revoke_sessions"])
+        #expect(try JSONValueEncoder().encode(NotificationStatus.delivered) == "delivered")
+        try await Harness.with { harness in
+            let filtered: EventStatus? = .retry
+            let rows = try await harness.database.query(
+                """
+                SELECT pg_typeof(\(EventStatus.pending))::text, pg_typeof(\(filtered))::text, pg_typeof(\(EventStatus.waiting))::text,
+                       pg_typeof(\(ActionKind.revokeSessions))::text, pg_typeof(\(ActionKind.notified))::text,
+                       pg_typeof(\(NotificationStatus.dead))::text, pg_typeof(\(NotificationStatus.replayable))::text,
+                       \(filtered) = 'retry'::text AND \(ActionKind.deleteGrantByHash) = 'delete_grant_by_hash'::text
+                           AND \(EventStatus.waiting) = ARRAY['pending', 'retry']::text[]
+                """)
+            var types: [[String]] = []
+            for try await (status, optional, statuses, kind, kinds, notification, notifications, equal) in rows.decode(
+                (String, String, String, String, String, String, String, Bool).self)
+            {
+                types.append([status, optional, statuses, kind, kinds, notification, notifications])
+                #expect(equal, "each binds as its raw value")
+            }
+            #expect(types == [["text", "text", "text[]", "text", "text[]", "text", "text[]"]])
+
+            // Read back from text and text[]; a word not in the vocabulary is a decoding error, as any bad cell.
+            for try await (status, statuses, kinds, notification) in try await harness.database.query(
+                "SELECT 'ignored'::text, ARRAY['dead', 'done']::text[], \(ActionKind.allCases), 'delivered'::text"
+            ).decode((EventStatus, [EventStatus], [ActionKind], NotificationStatus).self) {
+                #expect(status == .ignored && statuses == [.dead, .done] && kinds == ActionKind.allCases && notification == .delivered)
+            }
+            await #expect {
+                for try await _ in try await harness.database.query("SELECT 'finished'::text").decode(EventStatus.self) {}
+            } throws: { ($0 as? PostgresDecodingError)?.code == .failure }
+            await #expect {
+                for try await _ in try await harness.database.query("SELECT ARRAY['revoke_sessions', 'revoke']::text[]").decode([ActionKind].self) {}
+            } throws: { ($0 as? PostgresDecodingError)?.code == .failure }
         }
     }
 

@@ -43,7 +43,7 @@ struct JSONValueEncoderTests {
         enum Keys: String, CodingKey { case extra, nested }
         enum NestedKeys: String, CodingKey { case added }
 
-        // The way `EventDetail` and `UserReport` add fields to an object another type wrote.
+        // A hand-written encoder that adds fields to an object another type wrote: the encoder must merge them.
         func encode(to encoder: any Encoder) throws {
             try base.encode(to: encoder)
             var container = encoder.container(keyedBy: Keys.self)
