@@ -22,9 +22,10 @@
 -- Every user the batch touches is locked first, in one order (by lock key: two subs may share one): the actions'
 -- users, and the owners of the grants a token identifier names (such an action names no user of its own). Sign-in
 -- takes one user's lock.
--- Without `enforce` (shadow mode), each statement counts the rows it would change instead of changing them, and
--- the actions are recorded as shadow actions (no notification follows them). Each is judged against the rows as
--- they are: an earlier shadow action changed nothing for a later one to see.
+-- Without `enforce` (shadow mode), nothing is changed and the actions are recorded as shadow actions (no
+-- notification follows them). Each kind decides its rows once, by one query, in both modes; only enforcing then
+-- changes them, by id, and the rows decided are the count recorded: the modes cannot drift apart. Each is judged
+-- against the rows as they are: an earlier shadow action changed nothing for a later one to see.
 -- A user's rows, grants included, are only changed under that user's lock, so no two batches, and no batch and
 -- sign-in, can wait on each other in a cycle. The actions then run sorted by user.
 -- Earlier signatures and results: a second overload would make a call ambiguous, and a result cannot be replaced.
@@ -44,7 +45,15 @@ DECLARE
     detail      text;
     cutoff      timestamptz;
     locked_sub  text;
+    -- The rows an action decided on: the sessions it ends, the grants it erases, the user's row (none if absent).
+    sessions    bigint[];
     erased      uuid[];
+    account     risc_users;
+    -- Enforcing, each deciding query locks the rows it returns as the UPDATE that changes them would (an UPDATE
+    -- that leaves the key alone takes FOR NO KEY UPDATE); a row changed meanwhile is read again and checked
+    -- against the query's condition, as that UPDATE would check it. So every row decided is a row changed, and
+    -- shadow mode, which changes nothing, takes no row lock. The clause is why those queries run by EXECUTE.
+    lock_rows   text := CASE WHEN enforce THEN ' FOR NO KEY UPDATE' ELSE '' END;
     -- Staleness is per event and per user: "event:position:sub" of each account-state change that was older
     -- than the account state. Only that event's own actions for that user are affected.
     stale       text[] := '{}';
@@ -105,94 +114,86 @@ BEGIN
             ELSE
                 cutoff := received;
             END IF;
+            EXECUTE 'SELECT ARRAY(SELECT s.id FROM risc_sessions s WHERE s.sub = $1 AND s.revoked_at IS NULL'
+                    ' AND s.created_at <= $2' || lock_rows || ')'
+               INTO sessions USING a.sub, cutoff;
+            affected := cardinality(sessions);
             IF enforce THEN
-                UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id
-                 WHERE sub = a.sub AND revoked_at IS NULL AND created_at <= cutoff;
-                GET DIAGNOSTICS affected = ROW_COUNT;
-                -- ID tokens issued up to the cutoff no longer sign the user in.
+                UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id WHERE id = ANY (sessions);
+                -- ID tokens issued up to the cutoff no longer sign the user in (not counted: no session row).
                 INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
                 ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
                  WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
-            ELSE
-                SELECT count(*) INTO affected FROM risc_sessions s
-                 WHERE s.sub = a.sub AND s.revoked_at IS NULL AND s.created_at <= cutoff;
             END IF;
         -- The grants each kind erases, each found through its own index; then one erasure for all three.
         WHEN 'delete_grants' THEN
-            -- iat counts whole seconds: a grant stored in its second may be one it revoked.
-            erased := ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = a.sub AND g.revoked_at IS NULL
-                                AND (NOT replaying OR g.created_at < issued + interval '1 second'));
+            -- iat counts whole seconds: a grant stored in its second may be one it revoked. Not replaying, every
+            -- grant is stored before infinity.
+            EXECUTE 'SELECT ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = $1 AND g.revoked_at IS NULL'
+                    ' AND g.created_at < $2' || lock_rows || ')'
+               INTO erased USING a.sub, CASE WHEN replaying THEN issued + interval '1 second' ELSE 'infinity' END;
             IF replaying THEN detail := 'replayed from shadow mode: grants stored up to its iat'; END IF;
         -- token-revoked names a token of one of the SET's audiences: grants of other clients are not touched.
+        -- An erased grant keeps no identifier, so only live grants match.
         WHEN 'delete_grant_by_prefix' THEN
-            erased := ARRAY(SELECT g.id FROM risc_grants g
-                             WHERE g.token_prefix = a.argument AND g.client_id IN (SELECT jsonb_array_elements_text(a.client_ids)));
+            EXECUTE 'SELECT ARRAY(SELECT g.id FROM risc_grants g WHERE g.token_prefix = $1 AND g.client_id = ANY ($2)'
+                    || lock_rows || ')'
+               INTO erased USING a.argument, ARRAY(SELECT jsonb_array_elements_text(a.client_ids));
         WHEN 'delete_grant_by_hash' THEN
-            erased := ARRAY(SELECT g.id FROM risc_grants g
-                             WHERE g.token_hash = a.argument AND g.client_id IN (SELECT jsonb_array_elements_text(a.client_ids)));
+            EXECUTE 'SELECT ARRAY(SELECT g.id FROM risc_grants g WHERE g.token_hash = $1 AND g.client_id = ANY ($2)'
+                    || lock_rows || ')'
+               INTO erased USING a.argument, ARRAY(SELECT jsonb_array_elements_text(a.client_ids));
+        -- The account kinds change the user's one row, inserted if absent, unless it already says so. The row read
+        -- is locked when enforcing: the upsert needs no condition of its own.
         -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
         -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
-          IF enforce THEN
-            INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
-                                         sign_in_state_position)
-            VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN NULLIF(a.argument, '') END,
-                    issued, event_id, a.position)
-            ON CONFLICT (sub) DO UPDATE
-               SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
-                   sign_in_state_at = EXCLUDED.sign_in_state_at, sign_in_state_event = EXCLUDED.sign_in_state_event,
-                   sign_in_state_position = EXCLUDED.sign_in_state_position, updated_at = now()
-             WHERE u.sign_in_state_at IS NULL
-                OR (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
-                   <= (EXCLUDED.sign_in_state_at, EXCLUDED.sign_in_state_event, EXCLUDED.sign_in_state_position);
-            GET DIAGNOSTICS affected = ROW_COUNT;
-          ELSE
-            -- The upsert's condition, read: it changes the row unless a newer account state is there.
-            SELECT count(*) INTO affected WHERE NOT EXISTS (
-                SELECT 1 FROM risc_users u
-                 WHERE u.sub = a.sub AND u.sign_in_state_at IS NOT NULL
-                   AND (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
-                       > (issued, event_id, a.position));
-          END IF;
+            EXECUTE 'SELECT u.* FROM risc_users u WHERE u.sub = $1' || lock_rows INTO account USING a.sub;
+            affected := CASE WHEN account.sub IS NULL OR account.sign_in_state_at IS NULL
+                               OR (account.sign_in_state_at, coalesce(account.sign_in_state_event, 0),
+                                   coalesce(account.sign_in_state_position, 0)) <= (issued, event_id, a.position)
+                             THEN 1 ELSE 0 END;
+            IF enforce AND affected > 0 THEN
+                INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
+                                             sign_in_state_position)
+                VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN NULLIF(a.argument, '') END,
+                        issued, event_id, a.position)
+                ON CONFLICT (sub) DO UPDATE
+                   SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
+                       sign_in_state_at = EXCLUDED.sign_in_state_at, sign_in_state_event = EXCLUDED.sign_in_state_event,
+                       sign_in_state_position = EXCLUDED.sign_in_state_position, updated_at = now();
+            END IF;
             IF affected = 0 THEN
                 stale := stale || (event_id || ':' || a.position || ':' || a.sub);
                 detail := coalesce(detail || ': ', '') || 'skipped, the account state is newer than the event';
             END IF;
         WHEN 'flag_for_review' THEN
-            IF enforce THEN
+            EXECUTE 'SELECT u.* FROM risc_users u WHERE u.sub = $1' || lock_rows INTO account USING a.sub;
+            affected := CASE WHEN account.sub IS NULL OR NOT account.review_required THEN 1 ELSE 0 END;
+            IF enforce AND affected > 0 THEN
                 INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
-                ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
-                GET DIAGNOSTICS affected = ROW_COUNT;
-            ELSE
-                SELECT count(*) INTO affected
-                 WHERE NOT EXISTS (SELECT 1 FROM risc_users u WHERE u.sub = a.sub AND u.review_required);
+                ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now();
             END IF;
         WHEN 'require_credential_change' THEN
-            IF enforce THEN
+            EXECUTE 'SELECT u.* FROM risc_users u WHERE u.sub = $1' || lock_rows INTO account USING a.sub;
+            affected := CASE WHEN account.sub IS NULL OR NOT account.credential_change_required THEN 1 ELSE 0 END;
+            IF enforce AND affected > 0 THEN
                 INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
-                ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
-                 WHERE NOT u.credential_change_required;
-                GET DIAGNOSTICS affected = ROW_COUNT;
-            ELSE
-                SELECT count(*) INTO affected
-                 WHERE NOT EXISTS (SELECT 1 FROM risc_users u WHERE u.sub = a.sub AND u.credential_change_required);
+                ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now();
             END IF;
         WHEN 'record_verification', 'skip' THEN
             affected := 0;
         ELSE
             RAISE EXCEPTION 'unknown action kind %', a.kind;
         END CASE;
-        IF erased IS NOT NULL AND cardinality(erased) > 0 THEN
-            IF enforce THEN
+        IF erased IS NOT NULL THEN
+            affected := cardinality(erased);
+            IF enforce AND affected > 0 THEN
                 UPDATE risc_grants
                    SET ciphertext = NULL, token_prefix = NULL, token_hash = NULL,
                        revoked_at = now(), revoked_by_event = event_id, updated_at = now()
-                 WHERE id = ANY (erased) AND revoked_at IS NULL;
-                GET DIAGNOSTICS affected = ROW_COUNT;
-            ELSE
-                SELECT count(*) INTO affected FROM risc_grants g WHERE g.id = ANY (erased) AND g.revoked_at IS NULL;
+                 WHERE id = ANY (erased);
             END IF;
-            -- What this erasure changed, not what the lookup saw: another batch may have erased some first.
             IF a.kind <> 'delete_grants' THEN ambiguous := affected; END IF;
         END IF;
         out_events := out_events || event_id;
