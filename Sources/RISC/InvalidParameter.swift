@@ -3,10 +3,8 @@
 public struct InvalidParameter: Error, Sendable, CustomStringConvertible {
     public let name: String
     public let problem: String
-    public var description: String { "\(name): \(problem)" }
 
-    public init(name: String, problem: String) {
-        self.name = name
-        self.problem = problem
-    }
+    public init(name: String, problem: String) { (self.name, self.problem) = (name, problem) }
+
+    public var description: String { "\(name): \(problem)" }
 }

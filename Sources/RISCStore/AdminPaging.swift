@@ -30,4 +30,17 @@ enum AdminPaging {
         else { return nil }
         return Int64(text.dropFirst(2))
     }
+
+    /// The first `limit` records of a query that asked for one more, and the cursor of the next page when that one
+    /// more came (nil on the last page).
+    static func page<Records: AsyncSequence>(
+        _ records: Records, limit: Int, id: (Records.Element) -> Int64
+    ) async throws -> (records: [Records.Element], nextCursor: String?) {
+        var page: [Records.Element] = []
+        for try await record in records {
+            if page.count == limit { return (page, encodeCursor(id(page[page.count - 1]))) }
+            page.append(record)
+        }
+        return (page, nil)
+    }
 }

@@ -88,22 +88,35 @@ public enum EnforcementMode: String, Sendable, Equatable, Encodable {
     public init(enforce: Bool) { self = enforce ? .enforce : .shadow }
 }
 
-/// One event in full: `EventSummary`'s fields, and beside them every type, the claims as signed (never the
-/// signature), the decoded events, and its actions.
-public struct EventDetail: Sendable, Equatable, Encodable {
-    public var id: Int64
-    public var jti: String
-    /// The first of `types`, the one that names the SET.
-    public var type: String
-    /// The type's short name, or `unknown`.
-    public var typeName: String
-    public var sub: String?
-    public var status: EventStatus
-    public var attempts: Int
-    public var receivedAt: Date
-    public var completedAt: Date?
-    /// Its actions were last decided in shadow mode and changed nothing: `events replay` applies them.
-    public var shadow: Bool
+/// Two records written as one JSON object, the fields of both side by side (no name in both); each field reads as
+/// the whole's own (`detail.id`, `detail.claims`).
+@dynamicMemberLookup
+public struct Merged<First: Encodable & Sendable & Equatable, Second: Encodable & Sendable & Equatable>: Sendable, Equatable, Encodable {
+    public var first: First
+    public var second: Second
+
+    public func encode(to encoder: any Encoder) throws {
+        try first.encode(to: encoder)
+        try second.encode(to: encoder)
+    }
+
+    public subscript<T>(dynamicMember path: WritableKeyPath<First, T>) -> T {
+        get { first[keyPath: path] }
+        set { first[keyPath: path] = newValue }
+    }
+
+    public subscript<T>(dynamicMember path: WritableKeyPath<Second, T>) -> T {
+        get { second[keyPath: path] }
+        set { second[keyPath: path] = newValue }
+    }
+}
+
+/// One event in full: `EventSummary`'s fields, and beside them the rest (`EventParticulars`).
+public typealias EventDetail = Merged<EventSummary, EventParticulars>
+
+/// What an event's detail shows beyond its summary: every type, the claims as signed (never the signature), the
+/// decoded events, and its actions.
+public struct EventParticulars: Sendable, Equatable, Encodable {
     /// Every event-type URI of the SET, in order.
     public var types: [String]
     public var issuer: String
@@ -118,13 +131,11 @@ public struct EventDetail: Sendable, Equatable, Encodable {
     public var decodedEvents: [JSONValue]?
     public var actions: [RecordedAction]
 
-    /// The summary's fields and the rest; `claims` is the payload's text, `events` the stored events.
+    /// `claims` is the payload's text, `events` the stored events.
     init(
-        summary: EventSummary, types: [String], issuer: String, issuedAt: Date, runAfter: Date?, lastError: String?, claims: String,
-        events: [SecurityEvent]?, actions: [RecordedAction]
+        types: [String], issuer: String, issuedAt: Date, runAfter: Date?, lastError: String?, claims: String, events: [SecurityEvent]?,
+        actions: [RecordedAction]
     ) {
-        (id, jti, type, typeName, sub, status) = (summary.id, summary.jti, summary.type, summary.typeName, summary.sub, summary.status)
-        (attempts, receivedAt, completedAt, shadow) = (summary.attempts, summary.receivedAt, summary.completedAt, summary.shadow)
         (self.types, self.issuer, self.issuedAt, self.runAfter, self.lastError) = (types, issuer, issuedAt, runAfter, lastError)
         self.claims = .verbatim(claims)
         decodedEvents = events.map { $0.map(\.jsonValue) }
@@ -132,8 +143,7 @@ public struct EventDetail: Sendable, Equatable, Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, jti, type, typeName = "type_name", sub, status, attempts, receivedAt = "received_at", completedAt = "completed_at"
-        case shadow, types, issuer, issuedAt = "issued_at", runAfter = "run_after", lastError = "last_error", claims
+        case types, issuer, issuedAt = "issued_at", runAfter = "run_after", lastError = "last_error", claims
         case decodedEvents = "decoded_events", actions
     }
 }

@@ -5,7 +5,7 @@ import RISC
 
 /// The operator's read-only reports, for the admin API and the CLI alike: one user's view, the event queue's stats,
 /// and its backlog (which the metrics and /readyz read too).
-public struct AdminReports: Sendable {
+public struct AdminReports: BoundedStore {
     let client: PostgresClient
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API and the CLI.
@@ -14,14 +14,7 @@ public struct AdminReports: Sendable {
     let mode: EnforcementMode
 
     public init(client: PostgresClient, timeout: Duration = .seconds(5), mode: EnforcementMode = .enforce, logger: Logger) {
-        self.client = client
-        self.timeout = timeout
-        self.mode = mode
-        self.logger = logger
-    }
-
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection(timeout: timeout, body)
+        (self.client, self.timeout, self.mode, self.logger) = (client, timeout, mode, logger)
     }
 
     /// Everything about one user. Nil when the service has never heard of the sub.

@@ -6,7 +6,7 @@ import RISC
 /// The operator's side of stored events, for the admin API and the CLI: list and show them, explain what applying
 /// one would do now, and make them runnable again (one, the dead ones, or the shadow ones since a time). The
 /// worker's side, claiming and applying, is `EventQueue`.
-public struct EventAdmin: Sendable {
+public struct EventAdmin: BoundedStore {
     let client: PostgresClient
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API and the CLI.
@@ -15,14 +15,7 @@ public struct EventAdmin: Sendable {
     let enforce: Bool
 
     public init(client: PostgresClient, timeout: Duration = .seconds(5), enforce: Bool = true, logger: Logger) {
-        self.client = client
-        self.timeout = timeout
-        self.enforce = enforce
-        self.logger = logger
-    }
-
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection(timeout: timeout, body)
+        (self.client, self.timeout, self.enforce, self.logger) = (client, timeout, enforce, logger)
     }
 
     public struct Filter: Sendable {
@@ -91,15 +84,8 @@ public struct EventAdmin: Sendable {
                 ORDER BY id DESC
                 LIMIT \(filter.limit + 1)
                 """, logger: logger)
-            var page = EventPage(events: [])
-            for try await row in rows.decode(EventSummary.Row.self) {
-                if page.events.count == filter.limit {
-                    page.nextCursor = AdminPaging.encodeCursor(page.events.last!.id)
-                    break
-                }
-                page.events.append(EventSummary(row: row))
-            }
-            return page
+            let page = try await AdminPaging.page(rows.decode(EventSummary.Row.self).map(EventSummary.init(row:)), limit: filter.limit, id: \.id)
+            return EventPage(events: page.records, nextCursor: page.nextCursor)
         }
     }
 
@@ -117,10 +103,10 @@ public struct EventAdmin: Sendable {
                     (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, Bool, String, Date, Date, String?, String, String).self)
             {
                 let summary = EventSummary(row: (id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow))
-                found = EventDetail(
-                    summary: summary, types: types, issuer: issuer, issuedAt: issuedAt,
-                    runAfter: EventStatus.waiting.contains(status) ? runAfter : nil, lastError: lastError, claims: claims,
-                    events: SecurityEvent.stored(events.utf8), actions: [])
+                let particulars = EventParticulars(
+                    types: types, issuer: issuer, issuedAt: issuedAt, runAfter: EventStatus.waiting.contains(status) ? runAfter : nil,
+                    lastError: lastError, claims: claims, events: SecurityEvent.stored(events.utf8), actions: [])
+                found = EventDetail(first: summary, second: particulars)
             }
             guard var detail = found else { return nil }
             for try await (kind, sub, text, count, appliedAt, shadow) in try await connection.query(

@@ -13,7 +13,7 @@ import Tracing
 /// A worker killed at any instant rolls back with its connection: the events stay waiting and nothing is
 /// applied twice. A failing event goes to `retry` or `dead` (`recordFailure`); an operator brings one back
 /// (`EventAdmin.replay`).
-public struct EventQueue: Sendable {
+public struct EventQueue: BoundedStore {
     /// Notified when events are left for a worker: by the insert trigger, and by an operator's replay.
     public static let channel = "risc_events"
 
@@ -54,10 +54,6 @@ public struct EventQueue: Sendable {
         self.timeout = timeout
         self.enforce = enforce
         self.logger = logger
-    }
-
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection(timeout: timeout, body)
     }
 
     struct Claimed {

@@ -5,7 +5,7 @@ import RISC
 
 /// The refresh-token vault: tokens encrypted at rest, indexed by the two identifiers Google's
 /// token-revoked events use.
-public struct GrantStore: Sendable {
+public struct GrantStore: BoundedStore {
     public struct Grant: Sendable {
         public var id: UUID
         public var sub: String
@@ -32,10 +32,6 @@ public struct GrantStore: Sendable {
         self.cipher = cipher
         self.timeout = timeout
         self.logger = logger
-    }
-
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection(timeout: timeout, body)
     }
 
     public func store(sub: String, clientID: String, scopes: [String], refreshToken: String) async throws -> UUID {

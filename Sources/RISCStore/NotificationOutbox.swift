@@ -6,25 +6,18 @@ import RISC
 /// The notification outbox: one row per notification of an action to a subscriber, written by the database itself
 /// in the transaction that records the action (routine risc_notify_subscribers). Here is the rest of each row's life:
 /// the dispatchers' claim, lease and record of the delivery, and the admin API's and CLI's listings and replays.
-public struct NotificationOutbox: Sendable {
+public struct NotificationOutbox: BoundedStore {
     public static let channel = "risc_notifications"
 
     let client: PostgresClient
-    let logger: Logger
-    /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
+    /// Each call's bound: RISC_DATABASE_TIMEOUT for the admin API and the CLI; the default for the dispatchers.
     let timeout: Duration
     /// Opens the secrets of the subscribers whose notifications are handed out (RISC_VAULT_KEY); nil without the key.
     let cipher: VaultCipher?
+    let logger: Logger
 
     public init(client: PostgresClient, timeout: Duration = .seconds(5), cipher: VaultCipher? = nil, logger: Logger) {
-        self.client = client
-        self.timeout = timeout
-        self.cipher = cipher
-        self.logger = logger
-    }
-
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection(timeout: timeout, body)
+        (self.client, self.timeout, self.cipher, self.logger) = (client, timeout, cipher, logger)
     }
 
     // MARK: For admins
@@ -70,15 +63,9 @@ public struct NotificationOutbox: Sendable {
                   AND (\(before)::int8 IS NULL OR id < \(before))
                 ORDER BY id DESC LIMIT \(filter.limit + 1)
                 """, logger: logger)
-            var page = NotificationPage(notifications: [])
-            for try await row in rows.decode(NotificationRecord.Row.self) {
-                if page.notifications.count == filter.limit {
-                    page.nextCursor = AdminPaging.encodeCursor(page.notifications.last!.id)
-                    break
-                }
-                page.notifications.append(NotificationRecord(row: row))
-            }
-            return page
+            let page = try await AdminPaging.page(
+                rows.decode(NotificationRecord.Row.self).map(NotificationRecord.init(row:)), limit: filter.limit, id: \.id)
+            return NotificationPage(notifications: page.records, nextCursor: page.nextCursor)
         }
     }
 

@@ -6,7 +6,7 @@ import RISC
 /// The subscribers the app's services registered to hear of actions: their URLs, the action kinds each wants, and
 /// their signing secrets, sealed at rest (RISC_VAULT_KEY), rotated, and kept to RISC_SUBSCRIBERS' list for the
 /// configured ones. Their notifications are the outbox's (`NotificationOutbox`).
-public struct SubscriberStore: Sendable {
+public struct SubscriberStore: BoundedStore {
     let client: PostgresClient
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
@@ -16,10 +16,7 @@ public struct SubscriberStore: Sendable {
     let cipher: VaultCipher?
 
     public init(client: PostgresClient, timeout: Duration = .seconds(5), cipher: VaultCipher? = nil, logger: Logger) {
-        self.client = client
-        self.timeout = timeout
-        self.cipher = cipher
-        self.logger = logger
+        (self.client, self.timeout, self.cipher, self.logger) = (client, timeout, cipher, logger)
     }
 
     /// A subscriber from RISC_SUBSCRIBERS gets a new secret there, not through `rotateSecret`.
@@ -35,10 +32,6 @@ public struct SubscriberStore: Sendable {
     private func requireCipher() throws -> VaultCipher {
         guard let cipher else { throw VaultKeyMissing() }
         return cipher
-    }
-
-    private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection(timeout: timeout, body)
     }
 
     /// Adds a subscriber, its secret sealed; it hears of actions taken from now on. Returns its id.

@@ -192,3 +192,16 @@ final class AbandonableLease: Sendable {
         Task { try? await connection.close() }
     }
 }
+
+/// A store each of whose calls has one bound (RISC_DATABASE_TIMEOUT, or a worker's batch timeout): past it the
+/// connection is closed and the call throws `TimeoutError`.
+protocol BoundedStore: Sendable {
+    var client: PostgresClient { get }
+    var timeout: Duration { get }
+}
+
+extension BoundedStore {
+    func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await client.withConnection(timeout: timeout, body)
+    }
+}
