@@ -149,7 +149,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RISCTests",
-            dependencies: ["RISC"],
+            dependencies: ["RISC", "TestSupport"],
             resources: [.copy("Fixtures")]
         ),
         // The routes in-process (HummingbirdTesting), with fake stores: no PostgreSQL, no network.
@@ -165,7 +165,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "RISC", "RISCKeys", "RISCStore", "RISCConfiguration", "RISCServer", "RISCWorker", "DevTransmitter",
+                "RISC", "RISCKeys", "RISCStore", "RISCConfiguration", "RISCServer", "RISCWorker", "DevTransmitter", "TestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -177,6 +177,8 @@ let package = Package(
             // The schema history before 0.1.0, read by the baseline test from the repository (not a resource).
             exclude: ["Fixtures"]
         ),
+        // What both test targets share: reproducible random inputs (SeededGenerator).
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
     ]
 )
 

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Foundation
 import Logging
 import PostgresNIO
 import RISC
@@ -28,9 +29,12 @@ public struct ServiceDependencies: Sendable {
     /// False is shadow mode (RISC_ENFORCE=false).
     public let enforce: Bool
 
+    /// `keyClock` is the key caches' clock (key expiry, the unknown-kid refetch interval): a test moves it on
+    /// instead of waiting out a cooldown.
     public init(
         configuration: ServiceConfiguration, logger: Logger,
-        inboxSettings: EventInbox.Settings = .init(), unknownKidRefetchInterval: Double = 30
+        inboxSettings: EventInbox.Settings = .init(), unknownKidRefetchInterval: Double = 30,
+        keyClock: @escaping @Sendable () -> Date = { Date() }
     ) throws {
         // Every request's wait for the database has the one bound, RISC_DATABASE_TIMEOUT.
         let databaseTimeout = Duration.milliseconds(Int64(configuration.databaseTimeoutSeconds * 1000))
@@ -51,13 +55,13 @@ public struct ServiceDependencies: Sendable {
         var keySettings = IssuerKeys.Settings(
             discoveryURL: configuration.riscConfigurationURL, allowedAlgorithms: configuration.allowedAlgorithms)
         keySettings.unknownKidRefetchInterval = unknownKidRefetchInterval
-        transmitterKeys = IssuerKeys(settings: keySettings, logger: logger)
+        transmitterKeys = IssuerKeys(settings: keySettings, logger: logger, clock: keyClock)
         setPolicy = SETPolicy(allowedAlgorithms: configuration.allowedAlgorithms, audiences: Set(configuration.clientIDs))
 
         var providerSettings = IssuerKeys.Settings(discoveryURL: configuration.openIDConfigurationURL, allowedAlgorithms: ["RS256"])
         providerSettings.metricsLabel = "openid"
         providerSettings.unknownKidRefetchInterval = unknownKidRefetchInterval
-        identityProvider = IssuerKeys(settings: providerSettings, logger: logger)
+        identityProvider = IssuerKeys(settings: providerSettings, logger: logger, clock: keyClock)
         idTokenPolicy = IDTokenPolicy(audiences: Set(configuration.clientIDs), hostedDomains: configuration.hostedDomains)
         sessions = SessionStore(
             client: postgres, cache: sessionCache, sessionLifetime: .seconds(configuration.sessionLifetimeSeconds),

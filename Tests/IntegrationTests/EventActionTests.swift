@@ -204,9 +204,20 @@ struct EventActionTests {
             #expect(try await harness.waitUntilProcessed(jti: jti(of: token)) == "done")
             let later = try await harness.newSession(sub: sub)
             #expect(try await harness.post(token).status == 202)
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(try await harness.checkSession(later).status == 200)
+            // A barrier: a later event for the same user, sent once the redelivery's 202 said the transaction storing
+            // it had committed. On receipt, each event is applied in that transaction, before its 202. By the worker,
+            // a claim takes waiting events in (run_after, id) order, so a row the redelivery had stored would be
+            // applied with the barrier's or before it. A row left waiting, or still held by a claim, reads pending below.
+            try await harness.sendAndWait("account-credential-change-required", sub: sub)
+            try await eventually("the barrier's flag shows, or the later session has ended") {
+                let check = try await harness.checkSession(later)
+                return check.status != 200 || check.json["flags"] == ["credential_change_required"]
+            }
+            let check = try await harness.checkSession(later)
+            #expect(check.status == 200)
+            #expect(check.json["flags"] == ["credential_change_required"])
             #expect(try await harness.actions(jti: jti(of: token)).count == 1)
+            #expect(try await harness.stored(jti: jti(of: token)).map(\.status) == ["done"])
         }
     }
 

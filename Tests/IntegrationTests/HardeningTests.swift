@@ -181,14 +181,62 @@ struct HardeningTests {
         }
     }
 
-    @Test("A sub too long for a NOTIFY payload does not fail the transaction that changes the user")
+    @Test("A sub too long for a NOTIFY payload does not fail the transaction that changes the user: it commits, and the session caches are told `*`")
     func longSubNotification() async throws {
-        try await Harness.with { harness in
+        // A database of its own: every `*` on the channel is this test's.
+        try await Harness.withIsolatedDatabase { harness in
             let sub = String(repeating: "n", count: 9000)
+            let token = "long-sub-\(UUID().uuidString)"
+            // What the session caches hear (`*` is "drop everything"), until both changes below have been announced.
+            let (listening, started) = AsyncStream.makeStream(of: Void.self)
+            let heard = Task {
+                try await harness.database.withConnection { connection in
+                    try await connection.listen(on: SessionCache.channel) { notifications in
+                        started.yield()
+                        var payloads: [String] = []
+                        for try await notification in notifications {
+                            payloads.append(notification.payload)
+                            if payloads.filter({ $0 == "*" }).count == 2 { break }
+                        }
+                        return payloads
+                    }
+                }
+            }
+            defer { heard.cancel() }
+            var isListening = listening.makeAsyncIterator()
+            _ = await isListening.next()
+
             try await harness.database.query("INSERT INTO risc_users (sub) VALUES (\(sub))")
-            // The session-cache trigger notifies on every update of a user.
+            try await harness.database.query(
+                "INSERT INTO risc_sessions (token_hash, sub, expires_at) VALUES (\(SessionStore.tokenHash(token)), \(sub), now() + interval '1 hour')")
+            let before = try await harness.checkSession(token)
+            #expect(before.status == 200 && before.json["flags"] == [], "\(before.body)")
+            // The session-cache trigger notifies on every update of a user: the update commits, and a cached check
+            // is dropped.
             try await harness.database.query("UPDATE risc_users SET review_required = true WHERE sub = \(sub)")
-            try await harness.database.query("DELETE FROM risc_users WHERE sub = \(sub)")
+            let flagged = try await harness.database.query("SELECT review_required FROM risc_users WHERE sub = \(sub)").collect()
+            #expect(try flagged.first?.decode(Bool.self) == true)
+            try await eventually("the session check shows the flag") { try await harness.checkSession(token).json["flags"] == ["review_required"] }
+            // And on every update of a session: a revocation, applied as the worker applies one, commits and is recorded.
+            let jti = "long-sub-\(UUID().uuidString)"
+            let eventID = try #require(
+                try await harness.database.query(
+                    """
+                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
+                    VALUES ('https://hardening.test', \(jti), '{}', NULL, '[]', '{}', now(), 'done') RETURNING id
+                    """
+                ).collect().first?.decode(Int64.self))
+            let actions: JSONValue = [["event": .number(Double(eventID)), "position": .number(0), "kind": "revoke_sessions", "sub": .string(sub)]]
+            _ = try await harness.database.query("SELECT count(*) FROM risc_apply_actions(\(actions.serialized)::jsonb)").collect()
+            #expect(try await harness.actions(jti: jti) == [.init(kind: "revoke_sessions", rows: 1)])
+            let revoked = try await harness.database.query(
+                "SELECT revoked_by_event = \(eventID) FROM risc_sessions WHERE token_hash = \(SessionStore.tokenHash(token))").collect()
+            #expect(try revoked.first?.decode(Bool?.self) == true)
+            try await eventually("the session check sees the revocation") { try await harness.checkSession(token).error == "session_revoked" }
+            // Each change was announced as `*`: never the sub itself, which PostgreSQL refuses in a payload.
+            let payloads = try await withTimeout(.seconds(30)) { try await heard.value }
+            #expect(payloads.filter { $0 == "*" }.count == 2, "\(payloads)")
+            #expect(payloads.allSatisfy { $0 == "*" || $0.isEmpty }, "only `*` and the caches' heartbeats: \(payloads)")
         }
     }
 

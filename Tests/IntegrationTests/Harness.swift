@@ -24,6 +24,9 @@ struct Harness {
     struct Options {
         var databaseURL = Harness.environment("RISC_TEST_DATABASE_URL")
         var unknownKidRefetchInterval: Double = 0
+        /// The clock of the receiver's key caches (key expiry, the unknown-kid refetch interval): a test moves it on
+        /// (`ShiftedClock`) instead of waiting out a cooldown.
+        var keyClock: @Sendable () -> Date = { Date() }
         /// RISC_DATABASE_TIMEOUT: storing a SET, sign-in and the session check. Longer than the service's 5 s:
         /// every suite shares one PostgreSQL on two cores, and at the suite's peak a sign-in once took longer (a 503
         /// in a test about something else). Tests of the bound itself set it (the outage test: 2 s).
@@ -104,7 +107,7 @@ struct Harness {
             inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt
             let dependencies = try ServiceDependencies(
                 configuration: receiverConfiguration, logger: logger, inboxSettings: inboxSettings,
-                unknownKidRefetchInterval: options.unknownKidRefetchInterval)
+                unknownKidRefetchInterval: options.unknownKidRefetchInterval, keyClock: options.keyClock)
             var workers: [any Service] = []
             if options.worker {
                 var factory = BackgroundServices(receiverConfiguration)

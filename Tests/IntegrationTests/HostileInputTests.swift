@@ -8,6 +8,7 @@ import NIOHTTP1
 import PostgresNIO
 import RISC
 import ServiceLifecycle
+import TestSupport
 import Testing
 
 /// A corpus of forged and malformed inputs to `POST /risc/events` and `POST /tokensignin`, one test per class.
@@ -17,7 +18,7 @@ import Testing
 struct HostileInputTests {
     // MARK: - framing
 
-    @Test("Framing: body shapes, sizes, encodings")
+    @Test("Framing: body shapes, sizes, encodings", .seeded)
     func framing() async throws {
         try await Harness.with { harness in
             let forge = try await Forge.make(harness)
@@ -51,7 +52,7 @@ struct HostileInputTests {
                 "JWS general JSON serialization",
                 #"{"payload":"\#(parts[1])","signatures":[{"protected":"\#(parts[0])","signature":"\#(parts[2])"}]}"#,
                 .rejected(.invalidRequest))
-            var generator = SystemRandomNumberGenerator()
+            var generator = SeededGenerator()
             addBytes("binary garbage", (0..<512).map { _ in UInt8.random(in: 0...255, using: &generator) }, .rejected(.invalidRequest), markers: [])
             addBytes("NUL bytes", [UInt8](repeating: 0, count: 100), .rejected(.invalidRequest), markers: [])
             addBytes("valid token followed by a NUL byte", Array(good.utf8) + [0], .rejected(.invalidRequest))

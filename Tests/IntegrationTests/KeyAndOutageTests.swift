@@ -1,7 +1,15 @@
 import DevTransmitter
 import Foundation
 import RISC
+import Synchronization
 import Testing
+
+/// Real time plus an offset that a test moves on: a cooldown passed without waiting it out.
+final class ShiftedClock: Sendable {
+    private let offset = Mutex<TimeInterval>(0)
+    func now() -> Date { Date().addingTimeInterval(offset.withLock { $0 }) }
+    func advance(by seconds: TimeInterval) { offset.withLock { $0 += seconds } }
+}
 
 @Suite("Keys, outages and retries")
 struct KeyAndOutageTests {
@@ -37,13 +45,16 @@ struct KeyAndOutageTests {
     @Test("The unknown-kid refetch is rate-limited, and a kid seen during the cooldown is asked to retry, not refused")
     func rateLimitedRefetch() async throws {
         var options = Harness.Options()
-        // Long enough that the steps below, on a loaded machine, all fall inside one cooldown.
+        // Long enough that the steps below, on a loaded machine, all fall inside one cooldown. The receiver's key
+        // clock is moved past a cooldown instead of waiting it out: it runs with real time in between.
         options.unknownKidRefetchInterval = 10
+        let clock = ShiftedClock()
+        options.keyClock = { clock.now() }
         try await Harness.with(options) { harness in
             #expect(try await harness.postNewSET().status == 202)
             // Past the cooldown of the start-up fetch, an attacker spends the refetch with a junk kid: a real
             // refetch did not find it, so 400.
-            try await Task.sleep(for: .seconds(10.2))
+            clock.advance(by: 10.2)
             let impostor = try await DevTransmitter(settings: .init(port: 0), logger: Harness.logger)
             #expect(try await harness.post(try await impostor.sign(claims: harness.claims())).rejection?.err == "invalid_key")
             // The transmitter rotates inside the cooldown: its SET must not be refused for good (400 is final
@@ -58,7 +69,7 @@ struct KeyAndOutageTests {
             // Junk kids inside the cooldown are 503 too: none of them can turn a real key away.
             #expect(try await harness.post(try await impostor.sign(claims: harness.claims())).status == 503)
             // The transmitter's retry after Retry-After is accepted: nothing is lost.
-            try await Task.sleep(for: .seconds(retryAfter))
+            clock.advance(by: TimeInterval(retryAfter))
             #expect(try await harness.post(token).status == 202)
         }
     }

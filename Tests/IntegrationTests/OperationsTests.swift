@@ -6,6 +6,7 @@ import NIOHTTP1
 import RISCStore
 import PostgresNIO
 import RISC
+import TestSupport
 import Testing
 
 @Suite("Operations: readiness, metrics, logs, shutdown, configuration", .timeLimit(.minutes(3)))
@@ -124,7 +125,7 @@ struct OperationsTests {
         }
     }
 
-    @Test("No token or secret reaches the logs, through every endpoint, at trace level in JSON")
+    @Test("No token or secret reaches the logs, through every endpoint, at trace level in JSON", .seeded)
     func logsHoldNoSecrets() async throws {
         try await ServeProcess.with(environment: ["LOG_LEVEL": "trace", "LOG_FORMAT": "json"]) { serve, transmitter in
             var secrets: [String: String] = [
@@ -190,7 +191,8 @@ struct OperationsTests {
             #expect(try await client.send(.GET, "/admin/v1/users/\(sub)", bearer: Harness.adminToken).status == 200)
             #expect(try await client.send(.GET, "/admin/v1/stats", bearer: "wrong-\(Harness.adminToken)").status == 401)
             // A subscriber's secret travels to and from the database (postgres-nio's trace lines would show it).
-            let webhookSecret = "whsec_" + Data((0..<24).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+            var random = SeededGenerator()
+            let webhookSecret = "whsec_" + Data((0..<24).map { _ in UInt8.random(in: 0...255, using: &random) }).base64EncodedString()
             secrets["subscriber secret"] = String(webhookSecret.dropFirst(6))
             let subscriber = try await client.send(
                 .POST, "/admin/v1/subscribers", bearer: Harness.adminToken,
@@ -198,8 +200,13 @@ struct OperationsTests {
             #expect(subscriber.status == 201)
             let notified = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: sub))
             #expect(try await client.send(.POST, "/risc/events", body: notified, contentType: "application/secevent+jwt").status == 202)
-            // Give the worker and the dispatcher a moment to act, so their lines are in the log too.
-            try await Task.sleep(for: .milliseconds(1500))
+            // Their lines are in the log too once the dispatcher's attempt is (the worker has nothing to do: serve
+            // applied the event as it stored it, before the 202). A barrier, not a pause: the dispatcher logs a failed
+            // attempt (nothing listens on port 9) only after reading the notification and the subscriber's secret
+            // from the database and trying to send it, and the process writes its lines in order, through one queue.
+            try await eventually("the dispatcher's failed attempt is logged", timeout: .seconds(30)) {
+                serve.log.contains("A notification was not delivered")
+            }
 
             let log = serve.log
             #expect(log.contains("Accepted a SET"), "the log was not captured")

@@ -208,13 +208,30 @@ struct ShadowModeTests {
         shadow.stop()
         #expect(subscriber.deliveries.isEmpty)
 
-        // Enforcing: nothing is applied by itself.
+        // Enforcing: nothing is applied by itself. A barrier: an event left waiting before the enforcing process
+        // starts (a verification: it touches no user). Its worker's first pass claims the waiting events in
+        // (run_after, id) order, so the shadow events, stored before it, would be taken with it or before it, were a
+        // worker to take them; and a claim of them still running in the other loop holds their rows' locks, which the
+        // FOR UPDATE below waits for.
+        let barrier = "shadow-barrier-\(UUID().uuidString)"
+        let barrierEvents = JSONValue.array([["type": .string(EventType.verification.rawValue), "state": "barrier"]]).serialized
+        try await database.client.query(
+            """
+            INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
+            VALUES (\(transmitter.issuer), \(barrier), \([EventType.verification.rawValue]), NULL, \(barrierEvents)::jsonb, '{}', now(), 'pending')
+            """)
         let enforcing = try ServeProcess.start(databaseURL: database.url, transmitter: transmitter)
         defer { enforcing.stop() }
         try await enforcing.waitUntilReady()
         let live = Client(base: enforcing.url)
-        try await Task.sleep(for: .seconds(1))
+        try await eventually("the enforcing worker's first pass applies the barrier") {
+            try await database.client.query("SELECT status FROM risc_events WHERE jti = \(barrier)").collect().first?.decode(String.self) == "done"
+        }
+        _ = try await database.client.query("SELECT id FROM risc_events WHERE id = ANY(\(ids)) FOR UPDATE").collect()
         #expect(try await live.send(.GET, "/v1/session", bearer: session).status == 200)
+        let appliedEarly = try await database.client.query(
+            "SELECT count(*)::int8 FROM risc_event_actions WHERE event_id = ANY(\(ids)) AND NOT shadow").collect().first?.decode(Int64.self)
+        #expect(appliedEarly == 0, "a shadow event was applied before its replay")
         let cliExplained = try await runRiscReceiver(["events", "explain", String(ids[0])], environment: cli)
         #expect(cliExplained.status == 0)
         #expect(cliExplained.output.contains("in enforce mode") && cliExplained.output.contains("delete_grants"), "\(cliExplained.output)")

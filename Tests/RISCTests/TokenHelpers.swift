@@ -1,5 +1,6 @@
 import Foundation
 import RISC
+import Testing
 
 /// Builds compact JWS strings for parser tests. Signatures are placeholders: the core never checks them.
 enum TestTokens {
