@@ -5,7 +5,7 @@ let package = Package(
     name: "risc-receiver",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "risc-receiver", targets: ["risc-receiver"]),
+        .executable(name: "risc-receiver", targets: ["risc-receiver"])
     ],
     dependencies: [
         // No traits: Hummingbird's defaults (swift-configuration support, full Foundation) are unused here, and a
@@ -37,14 +37,14 @@ let package = Package(
         .target(
             name: "RISC",
             dependencies: [
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Crypto", package: "swift-crypto")
             ]
         ),
         // Every metric the service records, named in one place (swift-metrics API only).
         .target(
             name: "RISCMetrics",
             dependencies: [
-                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Metrics", package: "swift-metrics")
             ]
         ),
         // Discovery + JWKS fetching and caching; SET verification on top of jwt-kit.

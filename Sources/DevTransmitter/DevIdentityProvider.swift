@@ -24,7 +24,9 @@ public struct IDTokenRequest: Codable, Sendable {
     public init(sub: String) { self.sub = sub }
 
     enum CodingKeys: String, CodingKey {
-        case sub, email, aud, expIn = "exp_in", hd, name, iss, kid, iat
+        case sub, email, aud
+        case expIn = "exp_in"
+        case hd, name, iss, kid, iat
     }
 }
 
@@ -187,13 +189,14 @@ extension DevTransmitter {
     func addOpenIDRoutes(to router: Router<BasicRequestContext>) {
         router.get("/.well-known/openid-configuration") { _, _ in
             guard !self.keysOutage.load(ordering: .relaxed) else { return Response(status: .serviceUnavailable) }
-            return Self.json([
-                "issuer": .string(self.openIDIssuer), "jwks_uri": .string(self.baseURL + "/jwks"),
-                "authorization_endpoint": .string(self.baseURL + "/dev/authorize"),
-                "token_endpoint": .string(self.baseURL + "/token"), "revocation_endpoint": .string(self.baseURL + "/revoke"),
-                "id_token_signing_alg_values_supported": ["RS256"],
-                "code_challenge_methods_supported": ["plain", "S256"],
-            ], maxAge: 300)
+            return Self.json(
+                [
+                    "issuer": .string(self.openIDIssuer), "jwks_uri": .string(self.baseURL + "/jwks"),
+                    "authorization_endpoint": .string(self.baseURL + "/dev/authorize"),
+                    "token_endpoint": .string(self.baseURL + "/token"), "revocation_endpoint": .string(self.baseURL + "/revoke"),
+                    "id_token_signing_alg_values_supported": ["RS256"],
+                    "code_challenge_methods_supported": ["plain", "S256"],
+                ], maxAge: 300)
         }
         router.post("/token") { request, _ in
             try await self.tokenEndpoint(try await Self.form(request))

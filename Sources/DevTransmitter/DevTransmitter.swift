@@ -167,13 +167,14 @@ public final class DevTransmitter: Sendable {
         addManagementRoutes(to: router)
         router.get("/.well-known/risc-configuration") { _, _ in
             guard !self.keysOutage.load(ordering: .relaxed) else { return Response(status: .serviceUnavailable) }
-            return Self.json([
-                "issuer": .string(self.issuer),
-                "jwks_uri": .string(self.baseURL + "/jwks"),
-                "delivery_methods_supported": .array([
-                    .string("https://schemas.openid.net/secevent/risc/delivery-method/push"), .string("urn:ietf:rfc:8935"),
-                ]),
-            ], maxAge: 300)
+            return Self.json(
+                [
+                    "issuer": .string(self.issuer),
+                    "jwks_uri": .string(self.baseURL + "/jwks"),
+                    "delivery_methods_supported": .array([
+                        .string("https://schemas.openid.net/secevent/risc/delivery-method/push"), .string("urn:ietf:rfc:8935"),
+                    ]),
+                ], maxAge: 300)
         }
         router.get("/jwks") { _, _ in
             guard !self.keysOutage.load(ordering: .relaxed) else { return Response(status: .serviceUnavailable) }

@@ -45,7 +45,8 @@ public struct DeliveryHealth: Sendable, Equatable {
             // `stream update`, say). Unknown until the next probe reads the stream.
             (facts.streamEnabled, facts.reportedDeliveryURL, facts.reportedEventTypes, facts.managementError) = (nil, nil, nil, nil)
             problems.append(
-                "the stream was changed at \(JSONValue.timestamp(changed).stringValue ?? ""), after the last probe read it; a running prober reads it again within seconds")
+                "the stream was changed at \(JSONValue.timestamp(changed).stringValue ?? ""), after the last probe read it; a running prober reads it again within seconds"
+            )
         }
         self.facts = facts
         if facts.streamEnabled == false { problems.append("the stream is disabled") }

@@ -85,7 +85,8 @@ public enum IPAddress: Sendable, Equatable, CustomStringConvertible {
         let translated = bytes[0..<8].allSatisfy { $0 == 0 } && bytes[8] == 0xFF && bytes[9] == 0xFF && bytes[10] == 0 && bytes[11] == 0
         let compatible = bytes[0..<12].allSatisfy { $0 == 0 } && last > 1  // not :: or ::1
         // 64:ff9b::/96, and the local-use 64:ff9b:1::/48 (RFC 8215), whose last 32 bits are the IPv4 address.
-        let nat64 = Array(bytes[0..<12]) == [0x00, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]
+        let nat64 =
+            Array(bytes[0..<12]) == [0x00, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0]
             || Array(bytes[0..<6]) == [0x00, 0x64, 0xFF, 0x9B, 0x00, 0x01]
         if mapped || translated || compatible || nat64 { return [.v4(last)] }
         if bytes[0] == 0x20 && bytes[1] == 0x02 { return [.v4(v4(at: 2))] }  // 6to4

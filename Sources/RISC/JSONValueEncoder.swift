@@ -118,7 +118,9 @@ private struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtoco
         if let value { try encode(value, forKey: key) } else { try encodeNil(forKey: key) }
     }
 
-    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+    mutating func nestedContainer<NestedKey: CodingKey>(
+        keyedBy keyType: NestedKey.Type, forKey key: Key
+    )
         -> KeyedEncodingContainer<NestedKey>
     {
         NodeEncoder(node: node.container(at: key), codingPath: codingPath + [key]).container(keyedBy: keyType)

@@ -54,7 +54,8 @@ public struct SecurityEventToken: Sendable {
         } catch {
             throw .invalidRequest("a JWS segment is not valid base64url")
         }
-        let headerData = jws.header, payloadData = jws.payload
+        let headerData = jws.header
+        let payloadData = jws.payload
         let header = try parseHeader(headerData, policy: policy)
         // After the header: an unsecured token (`alg: none`) has already been refused as a key failure.
         guard !jws.signature.isEmpty else { throw .invalidKey("the token carries no signature") }

@@ -54,22 +54,37 @@ public enum Subject: Sendable, Equatable {
         let sub = object["sub"]?.stringValue
         switch kind {
         case "iss-sub", "iss_sub":
-            guard let iss, let sub else { self = .unrecognized(format: kind); return }
+            guard let iss, let sub else {
+                self = .unrecognized(format: kind)
+                return
+            }
             self = .issuerAndSubject(iss: iss, sub: sub)
         case "id_token_claims":
-            guard let iss, let sub else { self = .unrecognized(format: kind); return }
+            guard let iss, let sub else {
+                self = .unrecognized(format: kind)
+                return
+            }
             self = .idTokenClaims(iss: iss, sub: sub, email: object["email"]?.stringValue)
         case "oauth_token":
             guard let alg = object["token_identifier_alg"]?.stringValue,
                 let token = object["token"]?.stringValue,
                 let identifier = TokenIdentifier(algorithm: alg, value: token)
-            else { self = .unrecognized(format: kind); return }
+            else {
+                self = .unrecognized(format: kind)
+                return
+            }
             self = .oauthToken(tokenType: object["token_type"]?.stringValue, identifier: identifier)
         case "email":
-            guard let email = object["email"]?.stringValue else { self = .unrecognized(format: kind); return }
+            guard let email = object["email"]?.stringValue else {
+                self = .unrecognized(format: kind)
+                return
+            }
             self = .email(email)
         case "opaque":
-            guard let id = object["id"]?.stringValue else { self = .unrecognized(format: kind); return }
+            guard let id = object["id"]?.stringValue else {
+                self = .unrecognized(format: kind)
+                return
+            }
             self = .opaque(id)
         default:
             self = .unrecognized(format: kind)

@@ -94,7 +94,8 @@ public enum ConfigVariables {
 
     public static let eventRetentionDays = ConfigVariable<Int>(
         "RISC_EVENT_RETENTION_DAYS", default: .value(400),
-        help: "done and ignored events older than this many days are deleted with their actions, and so are delivered notifications; 0 keeps everything",
+        help:
+            "done and ignored events older than this many days are deleted with their actions, and so are delivered notifications; 0 keeps everything",
         rule: "must be 0 or a number of days from \(EventRetention.minimumDays) (a redelivery must still find its SET)"
     ) { $0 == 0 || $0 >= EventRetention.minimumDays }
 
@@ -113,7 +114,8 @@ public enum ConfigVariables {
 
     public static let subscribers = ConfigVariable<[NewSubscriber]>(
         "RISC_SUBSCRIBERS", as: String.self, default: .unset, secret: true,
-        help: #"subscribers notified of actions, as a JSON array of `{"url", "secret", "actions"}` (`actions` optional); the dispatchers keep the configured subscribers in step with it at start-up, matched by URL, and leave those added with `subscribers add` alone"#,
+        help:
+            #"subscribers notified of actions, as a JSON array of `{"url", "secret", "actions"}` (`actions` optional); the dispatchers keep the configured subscribers in step with it at start-up, matched by URL, and leave those added with `subscribers add` alone"#,
         rule: #"must be a JSON array of {"url": an https:// URL (http:// only on loopback), "secret": "whsec_...", "actions": [action kinds]}"#,
         show: { "<redacted: \($0.count) subscribers>" }
     ) { text in
@@ -172,7 +174,8 @@ public enum ConfigVariables {
     /// Shadow mode when false: actions are decided and recorded with the rows they would change, and change nothing.
     public static let enforce = ConfigVariable<Bool>(
         "RISC_ENFORCE", default: .value(true),
-        help: "`false` for shadow mode: every SET is verified, stored and its actions recorded as shadow actions, and no session, grant, account state or notification changes",
+        help:
+            "`false` for shadow mode: every SET is verified, stored and its actions recorded as shadow actions, and no session, grant, account state or notification changes",
         rule: "must be true or false",
         show: { $0 ? "true" : "false" }
     ) { _ in true }
@@ -191,7 +194,9 @@ public enum ConfigVariables {
 
     public static let shutdownTimeout = seconds(
         "RISC_SHUTDOWN_TIMEOUT", default: 10,
-        help: "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (`serve` and `worker`; should that not end it either, it exits 1 five seconds later)")
+        help:
+            "seconds SIGTERM waits for in-flight requests and the worker batch before it cancels what is left and exits 0 (`serve` and `worker`; should that not end it either, it exits 1 five seconds later)"
+    )
 
     public static let databaseTimeout = seconds(
         "RISC_DATABASE_TIMEOUT", default: 5,
@@ -215,7 +220,8 @@ public enum ConfigVariables {
     }
 
     public static let migrationsDirectory = ConfigVariable<String>(
-        "RISC_MIGRATIONS_DIR", default: .unset, help: "a directory of `NNNN_name.sql` files and `routines/NAME.sql` to use instead (`--migrations DIR` overrides it)",
+        "RISC_MIGRATIONS_DIR", default: .unset,
+        help: "a directory of `NNNN_name.sql` files and `routines/NAME.sql` to use instead (`--migrations DIR` overrides it)",
         note: "the migrations built into the binary"
     ) { _ in true }
 
@@ -248,7 +254,8 @@ public enum ConfigVariables {
     public static func environmentHelp(_ variables: [any ConfigVariableDocumentation]) -> String {
         let lines = variables.map { variable in
             let defaultText = variable.documentedDefault.replacingOccurrences(of: "`", with: "")
-            return "  \(variable.name) (\(defaultText)\(variable.isSecret ? ", secret" : "")): \(variable.help.replacingOccurrences(of: "`", with: ""))"
+            return
+                "  \(variable.name) (\(defaultText)\(variable.isSecret ? ", secret" : "")): \(variable.help.replacingOccurrences(of: "`", with: ""))"
         }
         return (["Environment (or --config FILE):"] + lines).joined(separator: "\n")
     }

@@ -49,7 +49,8 @@ public struct WorkerConfiguration: Sendable {
     /// The rules across variables that the worker's part of the configuration has.
     public func check() throws(ServiceConfiguration.Invalid) {
         if subscribers != nil, vaultKey == nil {
-            throw .init(variable: ConfigVariables.vaultKey.name, problem: "is required with RISC_SUBSCRIBERS: subscribers' secrets are sealed with it")
+            throw .init(
+                variable: ConfigVariables.vaultKey.name, problem: "is required with RISC_SUBSCRIBERS: subscribers' secrets are sealed with it")
         }
     }
 }

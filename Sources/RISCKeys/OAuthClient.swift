@@ -35,8 +35,13 @@ public struct TokenResponse: Sendable, Codable, Equatable {
     public var idToken: String?
 
     enum CodingKeys: String, CodingKey {
-        case accessToken = "access_token", expiresIn = "expires_in", refreshToken = "refresh_token", scope,
-            tokenType = "token_type", idToken = "id_token"
+        case accessToken = "access_token"
+        case expiresIn = "expires_in"
+        case refreshToken = "refresh_token"
+        case scope
+        case
+            tokenType = "token_type"
+        case idToken = "id_token"
     }
 }
 

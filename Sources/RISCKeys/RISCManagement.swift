@@ -18,7 +18,9 @@ public struct ServiceAccountKey: Sendable {
 
     public init(json data: Data) throws(Invalid) {
         guard let object = try? JSONValue.parse(data).objectValue else { throw Invalid(description: "not a JSON object") }
-        guard object["type"]?.stringValue == "service_account" else { throw Invalid(description: "not a service-account key (type is not service_account)") }
+        guard object["type"]?.stringValue == "service_account" else {
+            throw Invalid(description: "not a service-account key (type is not service_account)")
+        }
         guard let email = object["client_email"]?.stringValue, !email.isEmpty else { throw Invalid(description: "client_email is missing") }
         guard let keyID = object["private_key_id"]?.stringValue, !keyID.isEmpty else { throw Invalid(description: "private_key_id is missing") }
         guard let pem = object["private_key"]?.stringValue else { throw Invalid(description: "private_key is missing") }
@@ -152,7 +154,8 @@ public struct RISCManagement: Sendable {
         let json = (try? JSONValue.parse(data)) ?? .null
         guard (200..<300).contains(status) else {
             // Google's errors: {"error": {"code", "message", "status"}}.
-            let message = json["error"]?["message"]?.stringValue ?? json["error"]?.stringValue
+            let message =
+                json["error"]?["message"]?.stringValue ?? json["error"]?.stringValue
                 ?? String(decoding: data, as: UTF8.self)
             throw .refused(status: status, message: message)
         }

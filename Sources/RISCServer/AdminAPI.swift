@@ -58,7 +58,7 @@ struct DatabaseUnavailable<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
-        } catch where DatabaseErrors.isUnavailable(error) {
+        } catch  where DatabaseErrors.isUnavailable(error) {
             context.logger.warning("The database is unavailable", metadata: ["error": "\(DatabaseErrors.describe(error))"])
             throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)
         }

@@ -41,7 +41,10 @@ struct AdminSubscriberRoutes<Context: RequestContext, Store: SubscriberStoring>:
         var secret: String
         var previousSecretKept: Bool
 
-        enum CodingKeys: String, CodingKey { case id, secret, previousSecretKept = "previous_secret_kept" }
+        enum CodingKeys: String, CodingKey {
+            case id, secret
+            case previousSecretKept = "previous_secret_kept"
+        }
     }
 
     func addSubscriber(_ request: Request, context: Context) async throws -> Response {

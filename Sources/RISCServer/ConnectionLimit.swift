@@ -1,12 +1,13 @@
+import Hummingbird
+import Logging
+import NIOCore
+import RISCConfiguration
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Hummingbird
-import Logging
-import NIOCore
-import RISCConfiguration
 
 /// The process's limit on open file descriptors (RLIMIT_NOFILE).
 public enum FileDescriptorLimit {

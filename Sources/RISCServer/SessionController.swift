@@ -102,7 +102,7 @@ public struct SessionController<Context: RequestContext, Sessions: SessionStorin
     func database<T>(_ context: Context, metric: Bool = false, _ call: () async throws -> T) async throws -> T {
         do {
             return try await call()
-        } catch where DatabaseErrors.isUnavailable(error) {
+        } catch  where DatabaseErrors.isUnavailable(error) {
             context.logger.warning("The database is unavailable", metadata: ["error": "\(DatabaseErrors.describe(error))"])
             if metric { ServiceMetrics.signIn(outcome: "unavailable") }
             throw APIError(.serviceUnavailable, "unavailable", retryAfter: 5)

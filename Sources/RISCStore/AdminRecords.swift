@@ -35,7 +35,11 @@ public struct EventSummary: Sendable, Equatable, Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, jti, type, typeName = "type_name", sub, status, attempts, receivedAt = "received_at", completedAt = "completed_at"
+        case id, jti, type
+        case typeName = "type_name"
+        case sub, status, attempts
+        case receivedAt = "received_at"
+        case completedAt = "completed_at"
         case shadow
     }
 }
@@ -45,7 +49,10 @@ public struct EventPage: Sendable, Equatable, Encodable {
     public var events: [EventSummary]
     public var nextCursor: String?
 
-    enum CodingKeys: String, CodingKey { case events, nextCursor = "next_cursor" }
+    enum CodingKeys: String, CodingKey {
+        case events
+        case nextCursor = "next_cursor"
+    }
 }
 
 /// One action an event took, as `risc_apply_actions` recorded it.
@@ -58,7 +65,12 @@ public struct RecordedAction: Sendable, Equatable, Encodable {
     /// Recorded in shadow mode: `rowsAffected` rows would have changed, and none did.
     public var shadow: Bool
 
-    enum CodingKeys: String, CodingKey { case kind, sub, detail, rowsAffected = "rows_affected", appliedAt = "applied_at", shadow }
+    enum CodingKeys: String, CodingKey {
+        case kind, sub, detail
+        case rowsAffected = "rows_affected"
+        case appliedAt = "applied_at"
+        case shadow
+    }
 }
 
 /// What applying an event again would do now (`events explain`): each action, with the rows it would change.
@@ -69,7 +81,10 @@ public struct EventExplanation: Sendable, Equatable, Encodable {
         public var detail: String?
         public var rowsAffected: Int
 
-        enum CodingKeys: String, CodingKey { case kind, sub, detail, rowsAffected = "rows_affected" }
+        enum CodingKeys: String, CodingKey {
+            case kind, sub, detail
+            case rowsAffected = "rows_affected"
+        }
     }
 
     public var id: Int64
@@ -143,8 +158,13 @@ public struct EventParticulars: Sendable, Equatable, Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case types, issuer, issuedAt = "issued_at", runAfter = "run_after", lastError = "last_error", claims
-        case decodedEvents = "decoded_events", actions
+        case types, issuer
+        case issuedAt = "issued_at"
+        case runAfter = "run_after"
+        case lastError = "last_error"
+        case claims
+        case decodedEvents = "decoded_events"
+        case actions
     }
 }
 
@@ -164,8 +184,14 @@ public struct UserReport: Sendable, Equatable, Encodable {
         public var lastSignInAt: Date?
 
         enum CodingKeys: String, CodingKey {
-            case email, emailVerified = "email_verified", name, hd, signInDisabled = "sign_in_disabled", disabledReason = "disabled_reason"
-            case signInStateAt = "sign_in_state_at", firstSeenAt = "first_seen_at", lastSignInAt = "last_sign_in_at"
+            case email
+            case emailVerified = "email_verified"
+            case name, hd
+            case signInDisabled = "sign_in_disabled"
+            case disabledReason = "disabled_reason"
+            case signInStateAt = "sign_in_state_at"
+            case firstSeenAt = "first_seen_at"
+            case lastSignInAt = "last_sign_in_at"
         }
     }
 
@@ -182,7 +208,10 @@ public struct UserReport: Sendable, Equatable, Encodable {
     public var grants: Counts
     public var recentEvents: [EventSummary]
 
-    enum CodingKeys: String, CodingKey { case sub, account, flags, sessions, grants, recentEvents = "recent_events" }
+    enum CodingKeys: String, CodingKey {
+        case sub, account, flags, sessions, grants
+        case recentEvents = "recent_events"
+    }
 }
 
 /// Events waiting for a worker (`EventStatus.waiting`), and how long the oldest has waited.
@@ -219,7 +248,11 @@ public struct QueueStats: Sendable, Equatable, Encodable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case byStatus = "by_status", byType = "by_type", queueDepth = "queue_depth"
-        case oldestPendingAgeSeconds = "oldest_pending_age_seconds", dead, mode, shadowEvents = "shadow_events"
+        case byStatus = "by_status"
+        case byType = "by_type"
+        case queueDepth = "queue_depth"
+        case oldestPendingAgeSeconds = "oldest_pending_age_seconds"
+        case dead, mode
+        case shadowEvents = "shadow_events"
     }
 }

@@ -21,17 +21,20 @@ public struct AdminReports: BoundedStore {
     public func user(sub: String) async throws -> UserReport? {
         try await bounded { connection in
             var report = UserReport(sub: sub, account: nil, flags: [], sessions: .init(), grants: .init(), recentEvents: [])
-            for try await (email, emailVerified, name, hd, signInDisabled, disabledReason, signInStateAt, reviewRequired,
-                           credentialChangeRequired, firstSeenAt, lastSignInAt) in try await connection.query(
+            for try await (
+                email, emailVerified, name, hd, signInDisabled, disabledReason, signInStateAt, reviewRequired,
+                credentialChangeRequired, firstSeenAt, lastSignInAt
+            ) in try await connection.query(
                 """
                 SELECT email, email_verified, name, hd, sign_in_disabled, disabled_reason, sign_in_state_at, review_required,
                        credential_change_required, created_at, last_sign_in_at
                 FROM risc_users WHERE sub = \(sub)
                 """, logger: logger
             ).decode((String?, Bool?, String?, String?, Bool, String?, Date?, Bool, Bool, Date, Date?).self) {
-                report.flags = AccountFlags(
-                    signInDisabled: signInDisabled, reviewRequired: reviewRequired, credentialChangeRequired: credentialChangeRequired
-                ).names
+                report.flags =
+                    AccountFlags(
+                        signInDisabled: signInDisabled, reviewRequired: reviewRequired, credentialChangeRequired: credentialChangeRequired
+                    ).names
                 report.account = .init(
                     email: email, emailVerified: emailVerified, name: name, hd: hd, signInDisabled: signInDisabled,
                     disabledReason: disabledReason, signInStateAt: signInStateAt, firstSeenAt: firstSeenAt, lastSignInAt: lastSignInAt)
@@ -113,6 +116,5 @@ public struct AdminReports: BoundedStore {
             return backlog
         }
     }
-
 
 }

@@ -104,7 +104,9 @@ public enum DatabaseURL {
     /// writes to it), holding its locks and a connection slot. The bound must be longer than any wait of the
     /// service's own (`minimumStatementTimeout`), so that it never ends a statement the service still waits for.
     /// Not for `migrate`: building an index on a large table may rightly take longer.
-    public static func serviceConfiguration(from url: String, statementTimeout: Duration = minimumStatementTimeout) throws
+    public static func serviceConfiguration(
+        from url: String, statementTimeout: Duration = minimumStatementTimeout
+    ) throws
         -> PostgresClient.Configuration
     {
         var configuration = try configuration(from: url)

@@ -97,8 +97,10 @@ public struct EventAdmin: BoundedStore {
                 FROM risc_events WHERE id = \(id)
                 """, logger: logger)
             var found: EventDetail?
-            for try await (id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow, issuer, issuedAt, runAfter, lastError, claims,
-                events)
+            for try await (
+                id, jti, types, sub, status, attempts, receivedAt, completedAt, shadow, issuer, issuedAt, runAfter, lastError, claims,
+                events
+            )
                 in rows.decode(
                     (Int64, String, [String], String?, EventStatus, Int32, Date, Date?, Bool, String, Date, Date, String?, String, String).self)
             {

@@ -113,7 +113,11 @@ public final class EventInbox: Service, Sendable {
     /// Stores one event durably; returns once it is committed (or was already there).
     public func store(_ event: InboundEvent) async throws -> Outcome {
         try await withCheckedThrowingContinuation { continuation in
-            enum Next { case wait, wake(CheckedContinuation<[Pending], Never>, [Pending]), refuse }
+            enum Next {
+                case wait
+                case wake(CheckedContinuation<[Pending], Never>, [Pending])
+                case refuse
+            }
             let next: Next = state.withLock { state in
                 guard !state.closed else { return .refuse }
                 state.queue.append(Pending(event: event, continuation: continuation, deadline: .now + settings.commitTimeout))
@@ -214,7 +218,8 @@ public final class EventInbox: Service, Sendable {
             }
         } catch let error as PSQLError where error.isRefusalOfData {
             guard batch.count > 1 else {
-                logger.warning("A SET could not be stored", metadata: ["jti": "\(batch[0].event.jti)", "error": "\(error.serverInfo?[.message] ?? "")"])
+                logger.warning(
+                    "A SET could not be stored", metadata: ["jti": "\(batch[0].event.jti)", "error": "\(error.serverInfo?[.message] ?? "")"])
                 batch[0].continuation.resume(throwing: Failure.unstorable)
                 return
             }
@@ -242,7 +247,8 @@ public final class EventInbox: Service, Sendable {
     /// Not a plain INSERT: an implicit transaction commits at Sync, after the rows have been delivered, and
     /// an explicit BEGIN … COMMIT costs two more round trips per batch. The procedure commits before it
     /// answers, so a returned CALL means the batch is durable.
-    private func insert(_ events: [InboundEvent], on connection: PostgresConnection) async throws -> (stored: Set<EventKey>, applied: AppliedActions?) {
+    private func insert(_ events: [InboundEvent], on connection: PostgresConnection) async throws -> (stored: Set<EventKey>, applied: AppliedActions?)
+    {
         var stored = Set<EventKey>()
         var applied: AppliedActions?
         for try await (positions, kinds, actions, rows, eventIDs) in try await connection.execute(

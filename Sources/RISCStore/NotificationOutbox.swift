@@ -160,11 +160,15 @@ public struct NotificationOutbox: BoundedStore {
         try await bounded { connection in
             let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
             var claimed: [Delivery] = []
-            for try await (id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                keyID, previousSealed, previousKeyID, traceparent, issuedAt)
+            for try await (
+                id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
+                keyID, previousSealed, previousKeyID, traceparent, issuedAt
+            )
                 in rows.decode(
-                    (Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                     String?, String?, Date?).self)
+                    (
+                        Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
+                        String?, String?, Date?
+                    ).self)
             {
                 let (secret, problem) = SubscriberStore.openSecret(with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
                 let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
@@ -187,25 +191,25 @@ public struct NotificationOutbox: BoundedStore {
     public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         return try """
-            WITH due AS (
-                SELECT n.id FROM risc_notifications n
-                WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
-                  AND n.id = (
-                      SELECT head.id FROM risc_notifications head
-                      WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
-                      ORDER BY head.id LIMIT 1)
-                ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
-                FOR UPDATE OF n SKIP LOCKED
-            )
-            UPDATE risc_notifications n
-            SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
-            FROM due, risc_subscribers s
-            WHERE n.id = due.id AND s.id = n.subscriber_id
-            RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-                      n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
-                      CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
-                      n.traceparent, n.event_issued_at
-            """
+        WITH due AS (
+            SELECT n.id FROM risc_notifications n
+            WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
+              AND n.id = (
+                  SELECT head.id FROM risc_notifications head
+                  WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
+                  ORDER BY head.id LIMIT 1)
+            ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
+            FOR UPDATE OF n SKIP LOCKED
+        )
+        UPDATE risc_notifications n
+        SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
+        FROM due, risc_subscribers s
+        WHERE n.id = due.id AND s.id = n.subscriber_id
+        RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+                  n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
+                  CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
+                  n.traceparent, n.event_issued_at
+        """
     }
 
     /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if

@@ -21,7 +21,11 @@ public struct SubscriberRecord: Sendable, Equatable, Encodable {
     /// notifications wait, their attempts uncounted, until the right key is configured or the secret rotated.
     public var paused: String? = nil
 
-    enum CodingKeys: String, CodingKey { case id, url, actions, configured, createdAt = "created_at", pending, dead, paused }
+    enum CodingKeys: String, CodingKey {
+        case id, url, actions, configured
+        case createdAt = "created_at"
+        case pending, dead, paused
+    }
 }
 
 /// Every subscriber, as the admin API and `subscribers list --json` show them.
@@ -57,21 +61,32 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
     )
 
     init(row: Row) {
-        let (id, webhookID, subscriberID, kind, sub, count, eventID, jti, eventType, occurredAt, actionID, status, attempts,
-             nextAttemptAt, lastAttemptAt, lastError, deliveredAt, issuedAt) = row
+        let (
+            id, webhookID, subscriberID, kind, sub, count, eventID, jti, eventType, occurredAt, actionID, status, attempts,
+            nextAttemptAt, lastAttemptAt, lastError, deliveredAt, issuedAt
+        ) = row
         (self.id, self.webhookID, self.subscriberID) = (id, webhookID, subscriberID)
-        body = ActionNotification(
-            kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-            issuedAt: issuedAt, occurredAt: occurredAt
-        ).body
+        body =
+            ActionNotification(
+                kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+                issuedAt: issuedAt, occurredAt: occurredAt
+            ).body
         (self.actionID, self.status, self.attempts) = (actionID, status, Int(attempts))
         self.nextAttemptAt = status == .pending ? nextAttemptAt : nil
         (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, webhookID = "webhook_id", subscriberID = "subscriber", body, actionID = "action_id", status, attempts
-        case nextAttemptAt = "next_attempt_at", lastAttemptAt = "last_attempt_at", lastError = "last_error", deliveredAt = "delivered_at"
+        case id
+        case webhookID = "webhook_id"
+        case subscriberID = "subscriber"
+        case body
+        case actionID = "action_id"
+        case status, attempts
+        case nextAttemptAt = "next_attempt_at"
+        case lastAttemptAt = "last_attempt_at"
+        case lastError = "last_error"
+        case deliveredAt = "delivered_at"
     }
 }
 
@@ -80,5 +95,8 @@ public struct NotificationPage: Sendable, Equatable, Encodable {
     public var notifications: [NotificationRecord]
     public var nextCursor: String?
 
-    enum CodingKeys: String, CodingKey { case notifications, nextCursor = "next_cursor" }
+    enum CodingKeys: String, CodingKey {
+        case notifications
+        case nextCursor = "next_cursor"
+    }
 }

@@ -19,45 +19,63 @@ public enum SQLScript {
             let char = chars[index]
             let next: Unicode.Scalar? = index + 1 < chars.count ? chars[index + 1] : nil
             if char == "-" && next == "-" {
-                while index < chars.count && chars[index] != "\n" { current.append(chars[index]); index += 1 }
+                while index < chars.count && chars[index] != "\n" {
+                    current.append(chars[index])
+                    index += 1
+                }
                 continue
             }
             if char == "/" && next == "*" {
                 while index < chars.count && !(chars[index] == "*" && index + 1 < chars.count && chars[index + 1] == "/") {
-                    current.append(chars[index]); index += 1
+                    current.append(chars[index])
+                    index += 1
                 }
-                if index < chars.count { current.append(contentsOf: [chars[index], chars[index + 1]]); index += 2 }
+                if index < chars.count {
+                    current.append(contentsOf: [chars[index], chars[index + 1]])
+                    index += 2
+                }
                 continue
             }
             if char == "'" || char == "\"" {
-                current.append(char); index += 1
+                current.append(char)
+                index += 1
                 while index < chars.count {
                     current.append(chars[index])
                     if chars[index] == char {
                         // A doubled quote is an escaped quote, not the end.
                         if index + 1 < chars.count && chars[index + 1] == char {
-                            current.append(chars[index + 1]); index += 2; continue
+                            current.append(chars[index + 1])
+                            index += 2
+                            continue
                         }
-                        index += 1; break
+                        index += 1
+                        break
                     }
                     index += 1
                 }
                 continue
             }
             if char == "$", let tag = dollarTag(chars, at: index) {
-                current.append(contentsOf: tag); index += tag.count
+                current.append(contentsOf: tag)
+                index += tag.count
                 while index < chars.count {
                     if chars[index] == "$", index + tag.count <= chars.count, Array(chars[index..<index + tag.count]) == tag {
-                        current.append(contentsOf: tag); index += tag.count; break
+                        current.append(contentsOf: tag)
+                        index += tag.count
+                        break
                     }
-                    current.append(chars[index]); index += 1
+                    current.append(chars[index])
+                    index += 1
                 }
                 continue
             }
             if char == ";" {
-                flush(); index += 1; continue
+                flush()
+                index += 1
+                continue
             }
-            current.append(char); index += 1
+            current.append(char)
+            index += 1
         }
         flush()
         return statements

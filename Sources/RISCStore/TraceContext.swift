@@ -58,7 +58,9 @@ public enum TraceContext {
         guard bytes.count == 55, bytes[0] == UInt8(ascii: "0"), bytes[1] == UInt8(ascii: "0"), bytes[2] == UInt8(ascii: "-"),
             bytes[35] == UInt8(ascii: "-"), bytes[52] == UInt8(ascii: "-")
         else { return false }
-        let isHex = { (byte: UInt8) in (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte) }
+        let isHex = { (byte: UInt8) in
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+        }
         for range in [3..<35, 36..<52, 53..<55] where !bytes[range].allSatisfy(isHex) { return false }
         return bytes[3..<35].contains { $0 != UInt8(ascii: "0") } && bytes[36..<52].contains { $0 != UInt8(ascii: "0") }
     }

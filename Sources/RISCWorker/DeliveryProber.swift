@@ -72,7 +72,8 @@ public final class DeliveryProber: Service, Sendable {
                         } catch {
                             if Task.isCancelled { return }
                             self.logger.warning(
-                                "The delivery prober lost its database connection; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+                                "The delivery prober lost its database connection; will retry",
+                                metadata: ["error": "\(DatabaseErrors.describe(error))"])
                         }
                         try? await Task.sleep(for: pause)
                     }
@@ -130,7 +131,8 @@ public final class DeliveryProber: Service, Sendable {
 
     private func takeLock(on connection: PostgresConnection) async throws -> Bool {
         for try await taken in try await connection.query(
-                "SELECT pg_try_advisory_lock(\(AdvisoryLock.singletonClass), \(AdvisoryLock.deliveryProbe.rawValue))", logger: logger).decode(Bool.self) {
+            "SELECT pg_try_advisory_lock(\(AdvisoryLock.singletonClass), \(AdvisoryLock.deliveryProbe.rawValue))", logger: logger
+        ).decode(Bool.self) {
             return taken
         }
         return false
@@ -177,7 +179,8 @@ public final class DeliveryProber: Service, Sendable {
         }
         try await probes.markTimedOut(state: state, on: connection)
         ServiceMetrics.deliveryProbeTimedOut()
-        logger.warning("No verification SET arrived within the interval: deliveries may not be reaching this service", metadata: ["state": "\(state)"])
+        logger.warning(
+            "No verification SET arrived within the interval: deliveries may not be reaching this service", metadata: ["state": "\(state)"])
     }
 
     private func refreshMetrics() async {

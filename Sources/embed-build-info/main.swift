@@ -27,7 +27,8 @@ func headCommit(of directory: String) -> String? {
 let given = arguments.count == 3 ? arguments[2].trimmingCharacters(in: .whitespacesAndNewlines) : ""
 let commit = given.isEmpty ? headCommit(of: arguments[1]) ?? "unknown" : given
 // Only ASCII letters, digits and "-._" reach the Swift literal.
-let safe = String(commit.unicodeScalars.filter { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-._".unicodeScalars.contains($0)) }.prefix(64))
+let safe = String(
+    commit.unicodeScalars.filter { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-._".unicodeScalars.contains($0)) }.prefix(64))
 let source = """
     // Generated at build time by the EmbedBuildInfo plugin. Do not edit.
 

@@ -14,7 +14,8 @@ func entries(_ paths: ArraySlice<String>) throws -> String {
         let url = URL(fileURLWithPath: path)
         let data = try Data(contentsOf: url)
         let version = url.deletingPathExtension().lastPathComponent
-        return "            .init(version: \"\(version)\", sql: String(decoding: Data(base64Encoded: \"\(data.base64EncodedString())\")!, as: UTF8.self)),\n"
+        return
+            "            .init(version: \"\(version)\", sql: String(decoding: Data(base64Encoded: \"\(data.base64EncodedString())\")!, as: UTF8.self)),\n"
     }.joined()
 }
 let source = """

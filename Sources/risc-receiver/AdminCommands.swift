@@ -2,8 +2,8 @@ import ArgumentParser
 import Foundation
 import Logging
 import PostgresNIO
-import RISCConfiguration
 import RISC
+import RISCConfiguration
 import RISCServer
 import RISCStore
 import RISCWorker
@@ -81,7 +81,8 @@ struct Events: AsyncParsableCommand {
 }
 
 struct EventsList: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "list", abstract: "Stored events, newest first.", discussion: EnvironmentHelp.database)
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "Stored events, newest first.", discussion: EnvironmentHelp.database)
 
     @Option(help: "\(EventStatus.allCases.map(\.rawValue).joined(separator: ", ")).") var status: String?
     @Option(help: "An event-type URI or short name (sessions-revoked, ...).") var type: String?
@@ -118,7 +119,8 @@ struct EventsList: AsyncParsableCommand {
 }
 
 struct EventsShow: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "show", abstract: "One event, its claims and its actions.", discussion: EnvironmentHelp.database)
+    static let configuration = CommandConfiguration(
+        commandName: "show", abstract: "One event, its claims and its actions.", discussion: EnvironmentHelp.database)
 
     @Argument(help: "The event id.") var id: Int64
     @OptionGroup var options: AdminOptions
@@ -138,14 +140,15 @@ struct EventsShow: AsyncParsableCommand {
         }
         print("claims        \(event.claims.serialized)")
         print("\nactions:")
-        print(Table.render(
-            headers: ["KIND", "SUB", "ROWS", "MODE", "DETAIL", "APPLIED"],
-            rows: event.actions.map { action in
-                [
-                    action.kind.rawValue, action.sub ?? "-", String(action.rowsAffected), action.shadow ? "shadow" : "enforced",
-                    action.detail ?? "-", Table.text(.timestamp(action.appliedAt)),
-                ]
-            }))
+        print(
+            Table.render(
+                headers: ["KIND", "SUB", "ROWS", "MODE", "DETAIL", "APPLIED"],
+                rows: event.actions.map { action in
+                    [
+                        action.kind.rawValue, action.sub ?? "-", String(action.rowsAffected), action.shadow ? "shadow" : "enforced",
+                        action.detail ?? "-", Table.text(.timestamp(action.appliedAt)),
+                    ]
+                }))
     }
 }
 
@@ -163,11 +166,14 @@ struct EventsExplain: AsyncParsableCommand {
             throw Bootstrap.fail("no event \(id)")
         }
         if options.json { return try options.printJSON(explanation) }
-        print("A replay now, in \(explanation.mode.rawValue) mode (RISC_ENFORCE), would \(explanation.mode == .enforce ? "change" : "record as shadow actions"):")
+        print(
+            "A replay now, in \(explanation.mode.rawValue) mode (RISC_ENFORCE), would \(explanation.mode == .enforce ? "change" : "record as shadow actions"):"
+        )
         if explanation.actions.isEmpty { return print("(no actions)") }
-        print(Table.render(
-            headers: ["KIND", "SUB", "ROWS", "DETAIL"],
-            rows: explanation.actions.map { [$0.kind.rawValue, $0.sub ?? "-", String($0.rowsAffected), $0.detail ?? "-"] }))
+        print(
+            Table.render(
+                headers: ["KIND", "SUB", "ROWS", "DETAIL"],
+                rows: explanation.actions.map { [$0.kind.rawValue, $0.sub ?? "-", String($0.rowsAffected), $0.detail ?? "-"] }))
     }
 }
 
@@ -266,7 +272,8 @@ struct UsersShow: AsyncParsableCommand {
 }
 
 struct Stats: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Counts by status and type, queue depth, oldest pending, dead letters.", discussion: EnvironmentHelp.database)
+    static let configuration = CommandConfiguration(
+        abstract: "Counts by status and type, queue depth, oldest pending, dead letters.", discussion: EnvironmentHelp.database)
 
     @OptionGroup var options: AdminOptions
 
@@ -338,7 +345,9 @@ enum Table {
 
     /// As typed in a shell: bare when that is safe, else in single quotes.
     static func shellQuoted(_ value: String) -> String {
-        let safe = value.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.:/@+=,".unicodeScalars.contains($0)) }
+        let safe = value.unicodeScalars.allSatisfy {
+            $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "-_.:/@+=,".unicodeScalars.contains($0))
+        }
         return safe && !value.isEmpty ? value : "'" + value.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
     }
 

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import RISCConfiguration
 import RISC
+import RISCConfiguration
 import RISCServer
 
 struct Config: AsyncParsableCommand {

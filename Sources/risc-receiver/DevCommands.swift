@@ -227,8 +227,10 @@ struct DevWebhookSink: AsyncParsableCommand {
                 if let body = received.body {
                     ["webhook_id": received.webhookID.map(JSONValue.string) ?? .null, "verified": true, "body": body]
                 } else {
-                    ["webhook_id": received.webhookID.map(JSONValue.string) ?? .null, "verified": false,
-                     "problem": .string("\(received.rejection.map { "\($0)" } ?? "unreadable body")")]
+                    [
+                        "webhook_id": received.webhookID.map(JSONValue.string) ?? .null, "verified": false,
+                        "problem": .string("\(received.rejection.map { "\($0)" } ?? "unreadable body")"),
+                    ]
                 }
             // Unbuffered, so a pipe sees each delivery as it arrives.
             FileHandle.standardOutput.write(Data((line.serialized + "\n").utf8))

@@ -21,7 +21,8 @@ struct Health: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let port = ProcessInfo.processInfo.environment["RISC_PORT"]
+        let port =
+            ProcessInfo.processInfo.environment["RISC_PORT"]
             .map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty ? nil : $0 } ?? "8080"
         let target = url ?? "http://127.0.0.1:\(port)/healthz"
         let status: UInt

@@ -16,7 +16,8 @@ struct SubscribersAdd: AsyncParsableCommand {
         commandName: "add", abstract: "Add a subscriber; prints its id and secret (shown this once).", discussion: EnvironmentHelp.database)
 
     @Option(help: "Where notifications are POSTed: https://, or http:// on loopback.") var url: String
-    @Option(help: "- to read the secret (whsec_ and 24 to 64 bytes in base64) from standard input, never the command line (default: a new random one).")
+    @Option(
+        help: "- to read the secret (whsec_ and 24 to 64 bytes in base64) from standard input, never the command line (default: a new random one).")
     var secret: String?
     @Option(help: "Action kinds to be told of, comma-separated (default: all): \(ActionKind.notified.map(\.rawValue).joined(separator: ", ")).")
     var actions: String?
@@ -55,21 +56,23 @@ struct SubscribersAdd: AsyncParsableCommand {
 }
 
 struct SubscribersList: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "list", abstract: "Every subscriber (never its secret).", discussion: EnvironmentHelp.database)
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "Every subscriber (never its secret).", discussion: EnvironmentHelp.database)
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
         let subscribers = try await options.withNotifications { subscribers, _ in try await subscribers.subscribers() }
         if options.json { return try options.printJSON(SubscriberList(subscribers)) }
         if subscribers.isEmpty { return print("(no subscribers)") }
-        print(Table.render(
-            headers: ["ID", "URL", "ACTIONS", "PENDING", "DEAD", "ADDED"],
-            rows: subscribers.map { subscriber in
-                [
-                    String(subscriber.id), subscriber.url, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
-                    String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
-                ]
-            }))
+        print(
+            Table.render(
+                headers: ["ID", "URL", "ACTIONS", "PENDING", "DEAD", "ADDED"],
+                rows: subscribers.map { subscriber in
+                    [
+                        String(subscriber.id), subscriber.url, subscriber.actions.map { $0.map(\.rawValue).joined(separator: ",") } ?? "all",
+                        String(subscriber.pending), String(subscriber.dead), Table.text(.timestamp(subscriber.createdAt)),
+                    ]
+                }))
         for subscriber in subscribers {
             if let paused = subscriber.paused { print("Subscriber \(subscriber.id): delivery paused: \(paused)") }
         }
@@ -110,7 +113,8 @@ struct SubscribersRotateSecret: AsyncParsableCommand {
 
 struct SubscribersRemove: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "remove", abstract: "Remove a subscriber and its notifications (undelivered ones are not sent).", discussion: EnvironmentHelp.database)
+        commandName: "remove", abstract: "Remove a subscriber and its notifications (undelivered ones are not sent).",
+        discussion: EnvironmentHelp.database)
     @Argument(help: "The subscriber id.") var id: Int64
     @OptionGroup var options: AdminOptions
 
@@ -127,11 +131,13 @@ struct SubscribersRemove: AsyncParsableCommand {
 /// Notifications and their delivery.
 struct Notifications: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Notifications to subscribers: list, show, replay.", subcommands: [NotificationsList.self, NotificationsShow.self, NotificationsReplay.self])
+        abstract: "Notifications to subscribers: list, show, replay.",
+        subcommands: [NotificationsList.self, NotificationsShow.self, NotificationsReplay.self])
 }
 
 struct NotificationsList: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "list", abstract: "Notifications, newest first.", discussion: EnvironmentHelp.database)
+    static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "Notifications, newest first.", discussion: EnvironmentHelp.database)
 
     @Option(help: "\(NotificationStatus.allCases.map(\.rawValue).joined(separator: ", ")).") var status: String?
     @Option(help: "A subscriber id.") var subscriber: String?
@@ -157,15 +163,16 @@ struct NotificationsList: AsyncParsableCommand {
         let page = try await options.withNotifications { _, outbox in try await outbox.notifications(filter) }
         if options.json { return try options.printJSON(page) }
         if page.notifications.isEmpty { return print("(no notifications)") }
-        print(Table.render(
-            headers: ["ID", "OCCURRED", "TYPE", "SUB", "SUBSCRIBER", "STATUS", "ATTEMPTS", "LAST ERROR"],
-            rows: page.notifications.map { record in
-                [
-                    String(record.id), Table.text(record.body["occurred_at"]), Table.text(record.body["type"]),
-                    Table.text(record.body["sub"]), String(record.subscriberID), record.status.rawValue, String(record.attempts),
-                    record.lastError ?? "-",
-                ]
-            }))
+        print(
+            Table.render(
+                headers: ["ID", "OCCURRED", "TYPE", "SUB", "SUBSCRIBER", "STATUS", "ATTEMPTS", "LAST ERROR"],
+                rows: page.notifications.map { record in
+                    [
+                        String(record.id), Table.text(record.body["occurred_at"]), Table.text(record.body["type"]),
+                        Table.text(record.body["sub"]), String(record.subscriberID), record.status.rawValue, String(record.attempts),
+                        record.lastError ?? "-",
+                    ]
+                }))
         if let next = page.nextCursor {
             let filters = [("status", status), ("subscriber", subscriber), ("sub", sub), ("limit", limit)]
             print("\nmore: " + Table.nextPageCommand("risc-receiver notifications list", filters, cursor: next))

@@ -1,25 +1,27 @@
 import ArgumentParser
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import AsyncHTTPClient
 import Hummingbird
 import Logging
 import NIOCore
 import PostgresNIO
-import RISCConfiguration
 import RISC
+import RISCConfiguration
 import RISCKeys
+import RISCServer
 import RISCStore
 import RISCWorker
-import RISCServer
 import ServiceLifecycle
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the HTTP server (SET receiver, sign-in, sessions, vault) and, unless --no-worker, a worker.", discussion: EnvironmentHelp.serve)
+        abstract: "Run the HTTP server (SET receiver, sign-in, sessions, vault) and, unless --no-worker, a worker.", discussion: EnvironmentHelp.serve
+    )
 
     @Flag(help: "Run no worker in this process (run `risc-receiver worker` separately).")
     var noWorker = false
@@ -140,7 +142,8 @@ struct AfterListening: Service {
 
 struct Worker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run a worker only: apply stored events to sessions, grants and accounts, and deliver notifications.", discussion: EnvironmentHelp.worker)
+        abstract: "Run a worker only: apply stored events to sessions, grants and accounts, and deliver notifications.",
+        discussion: EnvironmentHelp.worker)
 
     @Option(help: "Events claimed per transaction.")
     var batchSize: Int = 500
@@ -181,7 +184,8 @@ struct Worker: AsyncParsableCommand {
             services.append(.init(service: buildMetricsApplication(host: metricsHost, port: metricsPort, postgres: postgres, logger: logger)))
         }
         services.append(.init(service: factory.makeWorker(client: postgres, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
-        services.append(.init(service: factory.makeDispatcher(client: postgres, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
+        services.append(
+            .init(service: factory.makeDispatcher(client: postgres, logger: logger), successTerminationBehavior: .gracefullyShutdownGroup))
         try await Bootstrap.runUntilSignalled(services, shutdownTimeout: configuration.shutdownTimeoutSeconds, logger: logger)
     }
 }

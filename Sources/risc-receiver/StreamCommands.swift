@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
 import PostgresNIO
-import RISCConfiguration
 import RISC
+import RISCConfiguration
 import RISCKeys
 import RISCServer
 import RISCStore
@@ -12,7 +12,9 @@ struct StreamCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stream",
         abstract: "Register and check the webhook with Google's RISC management API (GOOGLE_SERVICE_ACCOUNT_FILE).",
-        subcommands: [StreamGet.self, StreamUpdate.self, StreamEnable.self, StreamDisable.self, StreamStatus.self, StreamVerify.self, StreamHealth.self])
+        subcommands: [
+            StreamGet.self, StreamUpdate.self, StreamEnable.self, StreamDisable.self, StreamStatus.self, StreamVerify.self, StreamHealth.self,
+        ])
 }
 
 struct StreamOptions: ParsableArguments {
@@ -52,13 +54,16 @@ struct StreamOptions: ParsableArguments {
             }
         } catch {
             FileHandle.standardError.write(
-                Data("risc-receiver: warning: the change was not recorded in the database (\(DatabaseErrors.describe(error))); stream health reports the last probe's view until the next probe\n".utf8))
+                Data(
+                    "risc-receiver: warning: the change was not recorded in the database (\(DatabaseErrors.describe(error))); stream health reports the last probe's view until the next probe\n"
+                        .utf8))
         }
     }
 }
 
 struct StreamGet: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "get", abstract: "Print the stream's configuration (JSON).", discussion: EnvironmentHelp.stream)
+    static let configuration = CommandConfiguration(
+        commandName: "get", abstract: "Print the stream's configuration (JSON).", discussion: EnvironmentHelp.stream)
     @Flag(help: "Print the management API's JSON object, instead of lines.") var json = false
     @OptionGroup var options: StreamOptions
 
@@ -71,7 +76,8 @@ struct StreamGet: AsyncParsableCommand {
 
 struct StreamUpdate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.", discussion: EnvironmentHelp.streamChange)
+        commandName: "update", abstract: "Point the stream at the receiver's URL and choose the event types.",
+        discussion: EnvironmentHelp.streamChange)
 
     @Option(help: "The receiver's public HTTPS URL, ending in /risc/events.")
     var url: String
@@ -91,11 +97,13 @@ struct StreamUpdate: AsyncParsableCommand {
         let (management, baseURL) = try await options.client()
         // Refused before Google is called: Google only delivers to HTTPS. The one exception is a loopback URL
         // while talking to the loopback development transmitter, so the round trip can be rehearsed locally.
-        guard let parsed = URL(string: url), let host = parsed.host, parsed.scheme == "https" || (parsed.scheme == "http" && Self.isLoopback(host) && Self.isLoopback(URL(string: baseURL)?.host ?? ""))
+        guard let parsed = URL(string: url), let host = parsed.host,
+            parsed.scheme == "https" || (parsed.scheme == "http" && Self.isLoopback(host) && Self.isLoopback(URL(string: baseURL)?.host ?? ""))
         else {
             throw Bootstrap.fail("--url must be an https:// URL (Google only delivers to HTTPS): \(url)", code: 2)
         }
-        let types = events.isEmpty
+        let types =
+            events.isEmpty
             ? EventType.googleRISCTypes.map(\.rawValue) : events.map { EventType(uriOrShortName: $0)?.rawValue ?? $0 }
         try await options.run { () async throws(RISCManagement.Failure) in try await management.update(url: url, events: types) }
         print("Stream updated: \(url) (\(types.count) event types).")
@@ -108,7 +116,8 @@ struct StreamUpdate: AsyncParsableCommand {
 }
 
 struct StreamEnable: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "enable", abstract: "Let Google deliver events.", discussion: EnvironmentHelp.streamChange)
+    static let configuration = CommandConfiguration(
+        commandName: "enable", abstract: "Let Google deliver events.", discussion: EnvironmentHelp.streamChange)
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
@@ -121,7 +130,8 @@ struct StreamEnable: AsyncParsableCommand {
 
 struct StreamDisable: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).", discussion: EnvironmentHelp.streamChange)
+        commandName: "disable", abstract: "Stop deliveries (Google neither sends nor buffers events meanwhile).",
+        discussion: EnvironmentHelp.streamChange)
     @OptionGroup var options: StreamOptions
 
     func run() async throws {
@@ -147,7 +157,8 @@ struct StreamStatus: AsyncParsableCommand {
 struct StreamVerify: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify",
-        abstract: "Ask Google to send a verification SET; with --wait, wait until it is stored (needs DATABASE_URL).", discussion: EnvironmentHelp.streamVerify)
+        abstract: "Ask Google to send a verification SET; with --wait, wait until it is stored (needs DATABASE_URL).",
+        discussion: EnvironmentHelp.streamVerify)
 
     @Option(help: "The state the verification SET echoes (default: a fresh random one).")
     var state: String?
@@ -214,10 +225,12 @@ struct StreamHealth: AsyncParsableCommand {
             reader throws(ServiceConfiguration.Invalid) in
             let interval = try ConfigVariables.verifyInterval.value(from: reader)
             guard interval > 0 else {
-                throw ServiceConfiguration.Invalid(variable: ConfigVariables.verifyInterval.name, problem: "is required by stream health (the probe's interval)")
+                throw ServiceConfiguration.Invalid(
+                    variable: ConfigVariables.verifyInterval.name, problem: "is required by stream health (the probe's interval)")
             }
             guard let deliveryURL = try ConfigVariables.deliveryURL.optional(from: reader) else {
-                throw ServiceConfiguration.Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
+                throw ServiceConfiguration.Invalid(
+                    variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
             }
             return (try ConfigVariables.databaseURL.value(from: reader), interval, deliveryURL)
         }
@@ -234,7 +247,9 @@ struct StreamHealth: AsyncParsableCommand {
             print(health.jsonValue.serialized)
         } else {
             print(health.healthy ? "healthy" : "UNHEALTHY")
-            print(Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null))
+            print(
+                Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null)
+            )
             for problem in health.problems { print("problem: \(problem)") }
         }
         if !health.healthy { throw ExitCode(1) }

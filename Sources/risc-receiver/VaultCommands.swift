@@ -15,9 +15,9 @@ struct VaultRotate: AsyncParsableCommand {
         commandName: "rotate",
         abstract: "Re-encrypt every grant under RISC_VAULT_KEY (old keys in RISC_VAULT_PREVIOUS_KEYS), in batches.",
         discussion: ("""
-            Safe to run while the service runs, and to run again: grants already under the current key are skipped.
-            Once it reports nothing left, the old keys can be removed from RISC_VAULT_PREVIOUS_KEYS.
-            """) + "\n\n" + EnvironmentHelp.vaultRotate)
+        Safe to run while the service runs, and to run again: grants already under the current key are skipped.
+        Once it reports nothing left, the old keys can be removed from RISC_VAULT_PREVIOUS_KEYS.
+        """) + "\n\n" + EnvironmentHelp.vaultRotate)
 
     @Option(help: "Grants re-encrypted per transaction.")
     var batchSize: Int = 100

@@ -138,7 +138,13 @@ struct AdminTests {
             // Pagination: 25 events for one user, read 10 at a time while more arrive between pages.
             let paged = "paged-\(UUID().uuidString)"
             var sent = Set<String>()
-            for _ in 0..<25 { sent.insert(try await harness.send("verification", sub: nil) { $0.sub = paged; $0.type = "sessions-revoked" }) }
+            for _ in 0..<25 {
+                sent.insert(
+                    try await harness.send("verification", sub: nil) {
+                        $0.sub = paged
+                        $0.type = "sessions-revoked"
+                    })
+            }
             var seen: [String] = []
             var cursor: String?
             var pages = 0
@@ -188,7 +194,8 @@ struct AdminTests {
                 """
                 INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at)
                 VALUES ('https://transmitter.test/', \(broken), ARRAY['x'], \(sub), '[{"no": "type"}]', '{}', now()) RETURNING id
-                """) {}
+                """)
+            {}
             #expect(try await harness.waitUntilProcessed(jti: broken) == "dead")
             let stats = try await admin(harness, "/admin/v1/stats")
             #expect(stats.status == 200)
@@ -198,7 +205,8 @@ struct AdminTests {
                 """
                 UPDATE risc_events SET events = '[{"type": "https://schemas.openid.net/secevent/risc/event-type/sessions-revoked",
                   "subject": {"format": "iss_sub", "iss": "accounts.google.com", "sub": "\(unescaped: sub)"}}]' WHERE jti = \(broken) RETURNING id
-                """) {}
+                """)
+            {}
             let replay = try await admin(harness, "/admin/v1/events/\(Table.number(deadID))/replay", method: .POST)
             #expect(replay.status == 202)
             #expect(try await harness.waitUntilProcessed(jti: broken) == "done")

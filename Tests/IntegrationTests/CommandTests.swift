@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 import PostgresNIO
-import RISCConfiguration
 import RISC
+import RISCConfiguration
 import RISCStore
 import Testing
 
@@ -137,9 +137,14 @@ struct CommandTests {
     func devSendNamesWhoFailed() async throws {
         try await Harness.with { harness in
             for (arguments, expected) in [
-                (["--transmitter", harness.transmitter.baseURL, "--target", "http://127.0.0.1:9/risc/events"],
-                 "risc-receiver: cannot reach the receiver at http://127.0.0.1:9/risc/events: connection refused\n"),
-                (["--transmitter", "http://127.0.0.1:9"], "risc-receiver: cannot reach the development transmitter at http://127.0.0.1:9: connection refused\n"),
+                (
+                    ["--transmitter", harness.transmitter.baseURL, "--target", "http://127.0.0.1:9/risc/events"],
+                    "risc-receiver: cannot reach the receiver at http://127.0.0.1:9/risc/events: connection refused\n"
+                ),
+                (
+                    ["--transmitter", "http://127.0.0.1:9"],
+                    "risc-receiver: cannot reach the development transmitter at http://127.0.0.1:9: connection refused\n"
+                ),
             ] {
                 let started = ContinuousClock.now
                 let (status, output) = try await runRiscReceiver(["dev", "send", "sessions-revoked", "--sub", "1"] + arguments, environment: [:])
@@ -317,7 +322,8 @@ struct CommandTests {
             func checksum() async throws -> String {
                 var found = ""
                 for try await value in try await client.query("SELECT checksum FROM schema_routines WHERE name = 'risc_lock_user'", logger: logger)
-                    .decode(String.self) { found = value }
+                    .decode(String.self)
+                { found = value }
                 return found
             }
             #expect(try await current.pending(client: client, timeout: .seconds(5), logger: logger) == [])
@@ -436,7 +442,8 @@ struct ConfigFileTests {
     func badFile() async throws {
         let bad = Self.write("DATABASE_URL: mysql://nope\nRISC_CLIENT_IDS: x\n", suffix: "yaml")
         let garbage = Self.write("{ this is not json", suffix: "json")
-        let badLogLevel = Self.write(#"{"DATABASE_URL": "postgres://app@127.0.0.1/risc", "RISC_CLIENT_IDS": "x", "LOG_LEVEL": "loud"}"#, suffix: "json")
+        let badLogLevel = Self.write(
+            #"{"DATABASE_URL": "postgres://app@127.0.0.1/risc", "RISC_CLIENT_IDS": "x", "LOG_LEVEL": "loud"}"#, suffix: "json")
         defer {
             try? FileManager.default.removeItem(atPath: bad)
             try? FileManager.default.removeItem(atPath: badLogLevel)

@@ -75,7 +75,8 @@ struct ConfigurationTests {
             ("LOG_LEVEL", "loud", "must be one of trace, debug, info, notice, warning, error, critical"),
             ("RISC_SUBSCRIBERS", #"[{"url": "https://hooks.example.com/"}]"#, "entry 1 has no secret (whsec_...)"),
             (
-                "RISC_SUBSCRIBERS", #"[{"url": "https://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz", "actions": ["skip"]}]"#,
+                "RISC_SUBSCRIBERS",
+                #"[{"url": "https://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz", "actions": ["skip"]}]"#,
                 "entry 1: actions: 'skip' is not one of revoke_sessions, delete_grants, delete_grant_by_prefix, delete_grant_by_hash, disable_sign_in, enable_sign_in, flag_for_review, require_credential_change"
             ),
         ] as [(String, String?, String)] {
@@ -132,8 +133,9 @@ struct ConfigurationTests {
         #expect(configuration.allowedAlgorithms == ["RS256", "PS256"])
         var numericToken = typed
         numericToken["RISC_ADMIN_TOKEN"] = .init(.int(12_345_678_901_234_567), isSecret: true)
-        #expect(try ServiceConfiguration(reader: Self.typedReader(numericToken)).adminToken == "12345678901234567",
-                "a number where text is expected is its text, never silently unset")
+        #expect(
+            try ServiceConfiguration(reader: Self.typedReader(numericToken)).adminToken == "12345678901234567",
+            "a number where text is expected is its text, never silently unset")
 
         for (variable, value) in [
             ("RISC_PORT", 70000), ("RISC_MAX_ATTEMPTS", 0),
@@ -212,7 +214,9 @@ struct ConfigurationTests {
     @Test("Exactly the real secrets are read as secrets, so swift-configuration's access reporting redacts only them")
     func onlySecretsAreSecret() throws {
         // RISC_SUBSCRIBERS holds the subscribers' signing secrets.
-        let secrets: Set = ["DATABASE_URL", "RISC_ADMIN_TOKEN", "RISC_SERVICE_TOKEN", "RISC_VAULT_KEY", "RISC_VAULT_PREVIOUS_KEYS", "RISC_SUBSCRIBERS"]
+        let secrets: Set = [
+            "DATABASE_URL", "RISC_ADMIN_TOKEN", "RISC_SERVICE_TOKEN", "RISC_VAULT_KEY", "RISC_VAULT_PREVIOUS_KEYS", "RISC_SUBSCRIBERS",
+        ]
         #expect(Set(ConfigVariables.all.filter(\.isSecret).map(\.name)) == secrets)
 
         let recorder = SecrecyRecorder()

@@ -54,7 +54,7 @@ struct ConnectionLimitTests {
                 #expect(await client.get("/v1/session", bearer: "no-such-session-0123456789", within: .seconds(5)) == 401)
 
                 var idle = idleConnections(Self.flood, port: port)
-                defer { idle.forEach { _ = close($0) } }
+                defer { for socket in idle { _ = close(socket) } }
                 // The server has taken what it will take once its descriptor count stops moving.
                 var descriptors = openDescriptors(pid)
                 var settled = 0
@@ -83,7 +83,7 @@ struct ConnectionLimitTests {
                 // A server that retries accept at once burns a whole core; one that waits, almost nothing.
                 #expect(cores < 0.3, "the server used \(cores) cores while flooded")
 
-                idle.forEach { _ = close($0) }
+                for socket in idle { _ = close(socket) }
                 idle = []
                 try await eventually("a new connection is served after the flood", timeout: .seconds(15)) {
                     (try? await serve.get("/healthz").status) == 200

@@ -3,10 +3,11 @@ import DevTransmitter
 import Foundation
 import NIOCore
 import PostgresNIO
-@testable import RISC
-@testable import RISCStore
 import Synchronization
 import Testing
+
+@testable import RISC
+@testable import RISCStore
 
 /// A database of its own whose table statistics count only what a `serve` did: migrated by a client that has ended,
 /// and read once every other client has ended (a backend reports its counts when it exits; while it runs, only

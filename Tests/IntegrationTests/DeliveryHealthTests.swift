@@ -74,9 +74,10 @@ struct DeliveryHealthTests {
 
             try await withProber(harness, interval: .milliseconds(Int64(Self.interval * 1000)), deliveryURL: harness.eventsURL) {
                 let healthy = try await eventuallyHealth(harness, "a probe's SET arrives") { status, _ in status == 0 }
-                #expect(Set(healthy.objectValue?.keys.map { $0 } ?? []) == [
-                    "healthy", "last_verified_at", "round_trip_seconds", "probes_timed_out", "stream_enabled", "delivery_url_matches", "problems",
-                ])
+                #expect(
+                    Set(healthy.objectValue?.keys.map { $0 } ?? []) == [
+                        "healthy", "last_verified_at", "round_trip_seconds", "probes_timed_out", "stream_enabled", "delivery_url_matches", "problems",
+                    ])
                 #expect(healthy["healthy"] == true && healthy["stream_enabled"] == true && healthy["delivery_url_matches"] == true)
                 #expect(healthy["problems"] == [])
                 let roundTrip = try #require(healthy["round_trip_seconds"]?.number)
@@ -250,7 +251,9 @@ struct DeliveryHealthTests {
                 defer { second.stop() }
                 try await second.waitUntilReady()
                 let bothRunning = Date()
-                try await eventually("three probes arrive with both running", timeout: .seconds(60)) { try await probes(since: bothRunning).arrived >= 3 }
+                try await eventually("three probes arrive with both running", timeout: .seconds(60)) {
+                    try await probes(since: bothRunning).arrived >= 3
+                }
                 #expect(leaderships(first) == 1 && leaderships(second) == 0, "one prober at a time")
 
                 // The leader's connection is cut (a network failure, an administrator): the lock goes with it.
@@ -336,8 +339,9 @@ struct DeliveryHealthTests {
         for command in [["serve"], ["stream", "health"]] {
             let result = try await runRiscReceiver(command, environment: environment)
             #expect(result.status == 2, "\(command): \(result.output)")
-            #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines)
-                == "risc-receiver: configuration error: RISC_DELIVERY_URL: is required when RISC_VERIFY_INTERVAL is set", "\(result.output)")
+            #expect(
+                result.output.trimmingCharacters(in: .whitespacesAndNewlines)
+                    == "risc-receiver: configuration error: RISC_DELIVERY_URL: is required when RISC_VERIFY_INTERVAL is set", "\(result.output)")
         }
         var withURL = environment
         withURL["RISC_DELIVERY_URL"] = "https://receiver.example.com/risc/events"

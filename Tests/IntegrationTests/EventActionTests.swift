@@ -80,7 +80,10 @@ struct EventActionTests {
             #expect(try await harness.grantToken(byPrefix).status == 410)
             #expect(try await harness.ciphertextIsErased(grantID: byPrefix))
             #expect(try await harness.grantToken(untouched).status == 200)
-            #expect(try await harness.actions(jti: prefixJTI) == [.init(kind: "delete_grant_by_prefix", rows: 1, detail: TokenIdentifier.prefix(of: prefixToken))])
+            #expect(
+                try await harness.actions(jti: prefixJTI) == [
+                    .init(kind: "delete_grant_by_prefix", rows: 1, detail: TokenIdentifier.prefix(of: prefixToken))
+                ])
 
             // By double SHA-512: padded and unpadded, standard and URL-safe alphabets.
             for spelling in 0..<4 {
@@ -249,7 +252,9 @@ struct EventActionTests {
         }
     }
 
-    @Test("Account state follows iat, then arrival: a replayed account-disabled of the same second does not undo a later enable", arguments: Applied.allCases)
+    @Test(
+        "Account state follows iat, then arrival: a replayed account-disabled of the same second does not undo a later enable",
+        arguments: Applied.allCases)
     func replayKeepsOrder(_ applied: Applied) async throws {
         try await Harness.with(Self.options(applied)) { harness in
             let sub = user()

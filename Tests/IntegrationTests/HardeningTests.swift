@@ -52,9 +52,11 @@ struct HardeningTests {
 
     // MARK: 1. A revoked user cannot mint a new session with an old ID token.
 
-    @Test("An ID token issued before a revocation no longer signs in, after each revoking event", arguments: [
-        "sessions-revoked", "tokens-revoked", "hijacking",
-    ])
+    @Test(
+        "An ID token issued before a revocation no longer signs in, after each revoking event",
+        arguments: [
+            "sessions-revoked", "tokens-revoked", "hijacking",
+        ])
     func oldIDTokenAfterRevocation(kind: String) async throws {
         try await Harness.with(Self.options) { harness in
             let sub = user()
@@ -127,7 +129,8 @@ struct HardeningTests {
                 try await harness.sign(harness.claims { $0["jti"] = .string(huge) }),
                 try await harness.sign(harness.claims { $0["iss"] = .string(huge) }),
                 try await signedSET(harness, events: [EventType.sessionsRevoked.rawValue: ["subject": Self.subject(huge)]]),
-                try await harness.sign(harness.claims { $0["sub_id"] = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(huge)] }),
+                try await harness.sign(
+                    harness.claims { $0["sub_id"] = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(huge)] }),
             ]
             let valid = try await (0..<12).asyncMap { _ in try await harness.makeSET("sessions-revoked") }
             let replies = try await withThrowingTaskGroup(of: (Bool, String, Harness.Reply).self) { group in
@@ -208,7 +211,8 @@ struct HardeningTests {
 
             try await harness.database.query("INSERT INTO risc_users (sub) VALUES (\(sub))")
             try await harness.database.query(
-                "INSERT INTO risc_sessions (token_hash, sub, expires_at) VALUES (\(SessionStore.tokenHash(token)), \(sub), now() + interval '1 hour')")
+                "INSERT INTO risc_sessions (token_hash, sub, expires_at) VALUES (\(SessionStore.tokenHash(token)), \(sub), now() + interval '1 hour')"
+            )
             let before = try await harness.checkSession(token)
             #expect(before.status == 200 && before.json["flags"] == [], "\(before.body)")
             // The session-cache trigger notifies on every update of a user: the update commits, and a cached check
@@ -230,7 +234,8 @@ struct HardeningTests {
             _ = try await harness.database.query("SELECT count(*) FROM risc_apply_actions(\(actions.serialized)::jsonb)").collect()
             #expect(try await harness.actions(jti: jti) == [.init(kind: "revoke_sessions", rows: 1)])
             let revoked = try await harness.database.query(
-                "SELECT revoked_by_event = \(eventID) FROM risc_sessions WHERE token_hash = \(SessionStore.tokenHash(token))").collect()
+                "SELECT revoked_by_event = \(eventID) FROM risc_sessions WHERE token_hash = \(SessionStore.tokenHash(token))"
+            ).collect()
             #expect(try revoked.first?.decode(Bool?.self) == true)
             try await eventually("the session check sees the revocation") { try await harness.checkSession(token).error == "session_revoked" }
             // Each change was announced as `*`: never the sub itself, which PostgreSQL refuses in a payload.
@@ -253,12 +258,14 @@ struct HardeningTests {
                 json: ["sub": .string(user()), "refresh_token": .string(prefix + "-theirs"), "client_id": "third-party-client"])
             let foreignID = try #require(foreign.json["grant_id"]?.stringValue)
             func revoked(_ tokenType: String, alg: String = "prefix", value: String = prefix) -> [String: JSONValue] {
-                [EventType.tokenRevoked.rawValue: [
-                    "subject": [
-                        "subject_type": "oauth_token", "token_type": .string(tokenType), "token_identifier_alg": .string(alg),
-                        "token": .string(value),
-                    ],
-                ]]
+                [
+                    EventType.tokenRevoked.rawValue: [
+                        "subject": [
+                            "subject_type": "oauth_token", "token_type": .string(tokenType), "token_identifier_alg": .string(alg),
+                            "token": .string(value),
+                        ]
+                    ]
+                ]
             }
             // An access token's identifier never erases a refresh token.
             let accessToken = try await signedSET(harness, events: revoked("access_token"))
@@ -389,10 +396,14 @@ struct HardeningTests {
             for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
             func batch(prefix: String, user: String) -> String {
                 JSONValue.array([
-                    ["event": .number(Double(eventID)), "position": 0, "kind": "delete_grant_by_prefix", "sub": .null,
-                     "argument": .string(prefix), "client_ids": ["c"]],
-                    ["event": .number(Double(eventID)), "position": 0, "kind": "delete_grants", "sub": .string(user), "argument": .null,
-                     "client_ids": []],
+                    [
+                        "event": .number(Double(eventID)), "position": 0, "kind": "delete_grant_by_prefix", "sub": .null,
+                        "argument": .string(prefix), "client_ids": ["c"],
+                    ],
+                    [
+                        "event": .number(Double(eventID)), "position": 0, "kind": "delete_grants", "sub": .string(user), "argument": .null,
+                        "client_ids": [],
+                    ],
                 ]).serialized
             }
             let (first, second) = (batch(prefix: "prefix-of-x", user: y), batch(prefix: "prefix-of-y", user: x))
@@ -574,7 +585,9 @@ struct SlowSenderTests {
         }
     }
 
-    @Test("A log pipe that nobody reads stops nothing: requests are still answered; SIGTERM then ends the process within RISC_SHUTDOWN_TIMEOUT plus 5 s, exit 1")
+    @Test(
+        "A log pipe that nobody reads stops nothing: requests are still answered; SIGTERM then ends the process within RISC_SHUTDOWN_TIMEOUT plus 5 s, exit 1"
+    )
     func stalledLogPipe() async throws {
         // A log collector that stops reading (a container runtime's blocking log mode does this when it falls behind):
         // a thread that writes to it blocks in write(2).
@@ -635,7 +648,7 @@ struct SlowSenderTests {
             for holder in holders {
                 holder.send("POST /risc/events HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
             }
-            defer { holders.forEach { $0.close() } }
+            defer { for holder in holders { holder.close() } }
             #expect(try await serve.get("/healthz").status == 200)
             try await Task.sleep(for: .milliseconds(200))
             let (status, took) = try await serve.terminate()

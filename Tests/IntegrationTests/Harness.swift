@@ -8,9 +8,9 @@ import NIOHTTP1
 import PostgresNIO
 import RISC
 import RISCConfiguration
+import RISCKeys
 import RISCServer
 import RISCStore
-import RISCKeys
 import RISCWorker
 import ServiceLifecycle
 import Testing
@@ -181,7 +181,9 @@ struct Harness {
     }
 
     /// Signs a SET of the given type with the transmitter's current key.
-    func makeSET(_ type: String, sub: String? = "user-\(UUID().uuidString)", configure: (inout SETRequest) -> Void = { _ in })
+    func makeSET(
+        _ type: String, sub: String? = "user-\(UUID().uuidString)", configure: (inout SETRequest) -> Void = { _ in }
+    )
         async throws -> String
     {
         var request = SETRequest(type: type, sub: sub)
@@ -199,7 +201,9 @@ struct Harness {
         var claims: [String: JSONValue] = [
             "iss": .string(transmitter.issuer), "aud": .string(Self.audience),
             "iat": .number(Date().timeIntervalSince1970.rounded(.down)), "jti": .string(UUID().uuidString),
-            "events": [EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": "iss-sub", "iss": "https://accounts.google.com", "sub": "u-1"]]],
+            "events": [
+                EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": "iss-sub", "iss": "https://accounts.google.com", "sub": "u-1"]]
+            ],
         ]
         change(&claims)
         return .object(claims)
@@ -221,9 +225,11 @@ struct Harness {
             SELECT event_types, subject_sub, status, claims->>'jti', claims::text LIKE '%signature%'
             FROM risc_events WHERE jti = \(jti) AND issuer = \(transmitter.issuer)
             """)
-        for try await (types, sub, status, claimsJTI, hasSignature) in sequence.decode((
-            [String], String?, String, String, Bool
-        ).self) {
+        for try await (types, sub, status, claimsJTI, hasSignature) in sequence.decode(
+            (
+                [String], String?, String, String, Bool
+            ).self)
+        {
             rows.append(StoredEvent(eventTypes: types, subjectSub: sub, status: status, claimsJTI: claimsJTI, hasSignature: hasSignature))
         }
         return rows
@@ -242,7 +248,9 @@ func jti(of token: String) -> String {
 extension Harness {
     /// `with(options)` on a database of the test's own: no other test's worker can take its events, and database
     /// statistics and schema changes stay the test's own.
-    static func withIsolatedDatabase(_ options: Options = Options(), _ body: @escaping @Sendable (Harness) async throws -> Void)
+    static func withIsolatedDatabase(
+        _ options: Options = Options(), _ body: @escaping @Sendable (Harness) async throws -> Void
+    )
         async throws
     {
         try await IsolatedDatabase.with { database in

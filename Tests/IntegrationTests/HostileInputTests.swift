@@ -1,6 +1,5 @@
 import AsyncHTTPClient
 import Crypto
-@testable import DevTransmitter
 import Foundation
 import JWTKit
 import NIOCore
@@ -10,6 +9,8 @@ import RISC
 import ServiceLifecycle
 import TestSupport
 import Testing
+
+@testable import DevTransmitter
 
 /// A corpus of forged and malformed inputs to `POST /risc/events` and `POST /tokensignin`, one test per class.
 /// Every case checks the exact documented answer and that nothing was written; every class starts with
@@ -56,7 +57,9 @@ struct HostileInputTests {
             addBytes("binary garbage", (0..<512).map { _ in UInt8.random(in: 0...255, using: &generator) }, .rejected(.invalidRequest), markers: [])
             addBytes("NUL bytes", [UInt8](repeating: 0, count: 100), .rejected(.invalidRequest), markers: [])
             addBytes("valid token followed by a NUL byte", Array(good.utf8) + [0], .rejected(.invalidRequest))
-            addBytes("valid token with 0xFF bytes inside the payload", Array((parts[0] + "." + parts[1]).utf8) + [0xFF, 0xFE] + Array(("." + parts[2]).utf8), .rejected(.invalidRequest))
+            addBytes(
+                "valid token with 0xFF bytes inside the payload",
+                Array((parts[0] + "." + parts[1]).utf8) + [0xFF, 0xFE] + Array(("." + parts[2]).utf8), .rejected(.invalidRequest))
             addBytes("UTF-16LE with BOM", [0xFF, 0xFE] + good.utf16.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }, .rejected(.invalidRequest))
             addBytes("UTF-16BE without BOM", good.utf16.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] }, .rejected(.invalidRequest))
             addBytes("UTF-8 BOM before the token", [0xEF, 0xBB, 0xBF] + Array(good.utf8), .rejected(.invalidRequest))
@@ -64,18 +67,23 @@ struct HostileInputTests {
             add("form-encoded (set=...)", "set=" + good, .rejected(.invalidRequest))
             add("wrapped in JSON string quotes", "\"" + good + "\"", .rejected(.invalidRequest))
             add("with an Authorization-style prefix", "Bearer " + good, .rejected(.invalidRequest))
-            add("line-wrapped every 64 characters", stride(from: 0, to: good.count, by: 64).map { offset in
-                String(good.dropFirst(offset).prefix(64))
-            }.joined(separator: "\r\n"), .rejected(.invalidRequest))
+            add(
+                "line-wrapped every 64 characters",
+                stride(from: 0, to: good.count, by: 64).map { offset in
+                    String(good.dropFirst(offset).prefix(64))
+                }.joined(separator: "\r\n"), .rejected(.invalidRequest))
             add("the whole token base64-encoded again", Data(good.utf8).base64EncodedString(), .rejected(.invalidRequest))
-            add("exactly 64 KiB of garbage is parsed, not refused for size", String(repeating: "a", count: 64 * 1024), .rejected(.invalidRequest), markers: [])
+            add(
+                "exactly 64 KiB of garbage is parsed, not refused for size", String(repeating: "a", count: 64 * 1024), .rejected(.invalidRequest),
+                markers: [])
             add("64 KiB + 1 byte", String(repeating: "a", count: 64 * 1024 + 1), .tooLarge, markers: [])
             add("a valid SET followed by 70 KB of whitespace", good + String(repeating: " ", count: 70_000), .tooLarge)
             let bigMarker = Forge.marker()
             let big = try await forge.harness.sign(forge.claims(bigMarker) { $0["padding"] = .string(String(repeating: "p", count: 80_000)) })
             add("a validly signed 100 KB SET", big, .tooLarge, markers: [bigMarker])
             add("1 MiB", String(repeating: "A", count: 1 << 20), .tooLarge, markers: [])
-            var chunked = HostileCase("80 KiB sent chunked (no Content-Length)", Array(String(repeating: "a", count: 80 * 1024).utf8), .tooLarge, markers: [])
+            var chunked = HostileCase(
+                "80 KiB sent chunked (no Content-Length)", Array(String(repeating: "a", count: 80 * 1024).utf8), .tooLarge, markers: [])
             chunked.chunked = true
             cases.append(chunked)
             try await forge.run(cases, class: "framing")
@@ -232,43 +240,81 @@ struct HostileInputTests {
                 try add("HS512 keyed with the public key (PEM)", header: #"{"alg":"HS512","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey)) {
                     Forge.b64(Array(HMAC<SHA512>.authenticationCode(for: Array($0.utf8), using: SymmetricKey(data: pem))))
                 }
-                try add("RS384 signed with the transmitter's own key", header: #"{"alg":"RS384","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs384)
-                try add("PS256 signed with the transmitter's own key", header: #"{"alg":"PS256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.ps256)
-                try add("ES256 signed with an attacker's EC key", header: #"{"alg":"ES256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: es256)
+                try add(
+                    "RS384 signed with the transmitter's own key", header: #"{"alg":"RS384","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.rs384)
+                try add(
+                    "PS256 signed with the transmitter's own key", header: #"{"alg":"PS256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.ps256)
+                try add(
+                    "ES256 signed with an attacker's EC key", header: #"{"alg":"ES256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: es256)
                 try add("EdDSA with junk", header: #"{"alg":"EdDSA","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), sign: junk)
                 try add("alg missing", header: #"{"kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("alg null", header: #"{"alg":null,"kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("alg a number", header: #"{"alg":256,"kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("alg an array", header: #"{"alg":["RS256"],"kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("alg rs256 (lower case)", header: #"{"alg":"rs256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("alg 'RS256 ' (trailing space)", header: #"{"alg":"RS256 ","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
+                try add(
+                    "alg 'RS256 ' (trailing space)", header: #"{"alg":"RS256 ","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 // kid
                 try add("kid missing", header: #"{"alg":"RS256",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("kid empty", header: #"{"alg":"RS256","kid":"",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("kid null", header: #"{"alg":"RS256","kid":null,\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("kid a number", header: #"{"alg":"RS256","kid":1,\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("kid an array holding the real kid", header: #"{"alg":"RS256","kid":["\#(kid)"],\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
+                try add(
+                    "kid an array holding the real kid", header: #"{"alg":"RS256","kid":["\#(kid)"],\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.rs256)
                 try add("kid an object", header: #"{"alg":"RS256","kid":{"id":"\#(kid)"},\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
                 try add("kid unknown", header: #"{"alg":"RS256","kid":"no-such-kid",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("kid the real one upper-cased", header: #"{"alg":"RS256","kid":"\#(kid.uppercased())",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("kid the real one plus a space", header: #"{"alg":"RS256","kid":"\#(kid) ",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("kid a path traversal", header: #"{"alg":"RS256","kid":"../../../../../etc/passwd",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
+                try add(
+                    "kid the real one upper-cased", header: #"{"alg":"RS256","kid":"\#(kid.uppercased())",\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.rs256)
+                try add(
+                    "kid the real one plus a space", header: #"{"alg":"RS256","kid":"\#(kid) ",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
+                try add(
+                    "kid a path traversal", header: #"{"alg":"RS256","kid":"../../../../../etc/passwd",\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.rs256)
                 try add("kid an SQL injection", header: #"{"alg":"RS256","kid":"' OR '1'='1' --",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("kid a JNDI lookup", header: #"{"alg":"RS256","kid":"${jndi:ldap://127.0.0.1/a}",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
-                try add("kid of 8 KB", header: #"{"alg":"RS256","kid":"\#(String(repeating: "k", count: 8192))",\#(typ)}"#, .rejected(.invalidKey), by: forge.rs256)
+                try add(
+                    "kid a JNDI lookup", header: #"{"alg":"RS256","kid":"${jndi:ldap://127.0.0.1/a}",\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.rs256)
+                try add(
+                    "kid of 8 KB", header: #"{"alg":"RS256","kid":"\#(String(repeating: "k", count: 8192))",\#(typ)}"#, .rejected(.invalidKey),
+                    by: forge.rs256)
                 // Key material named by the token itself is never used: these are signed by the attacker.
                 let impostorKid = impostorKey.kid
-                try add("jku at the attacker's JWKS, attacker's kid", header: #"{"alg":"RS256","kid":"\#(impostorKid)","jku":"\#(impostor.baseURL)/jwks",\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
-                try add("jku at the attacker's JWKS, the real kid", header: #"{"alg":"RS256","kid":"\#(kid)","jku":"\#(impostor.baseURL)/jwks",\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
-                try add("x5u at the attacker, attacker's kid", header: #"{"alg":"RS256","kid":"\#(impostorKid)","x5u":"\#(impostor.baseURL)/cert.pem",\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
-                try add("jwk embedded (attacker's key), attacker's kid", header: #"{"alg":"RS256","kid":"\#(impostorKid)","jwk":\#(impostorJWK),\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
-                try add("jwk embedded (attacker's key), the real kid", header: #"{"alg":"RS256","kid":"\#(kid)","jwk":\#(impostorJWK),\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
-                try add("x5c with an attacker's certificate chain", header: #"{"alg":"RS256","kid":"\#(impostorKid)","x5c":["MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA"],\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
+                try add(
+                    "jku at the attacker's JWKS, attacker's kid",
+                    header: #"{"alg":"RS256","kid":"\#(impostorKid)","jku":"\#(impostor.baseURL)/jwks",\#(typ)}"#, .rejected(.invalidKey),
+                    by: impostorRS256)
+                try add(
+                    "jku at the attacker's JWKS, the real kid", header: #"{"alg":"RS256","kid":"\#(kid)","jku":"\#(impostor.baseURL)/jwks",\#(typ)}"#,
+                    .rejected(.invalidKey), by: impostorRS256)
+                try add(
+                    "x5u at the attacker, attacker's kid",
+                    header: #"{"alg":"RS256","kid":"\#(impostorKid)","x5u":"\#(impostor.baseURL)/cert.pem",\#(typ)}"#, .rejected(.invalidKey),
+                    by: impostorRS256)
+                try add(
+                    "jwk embedded (attacker's key), attacker's kid",
+                    header: #"{"alg":"RS256","kid":"\#(impostorKid)","jwk":\#(impostorJWK),\#(typ)}"#, .rejected(.invalidKey), by: impostorRS256)
+                try add(
+                    "jwk embedded (attacker's key), the real kid", header: #"{"alg":"RS256","kid":"\#(kid)","jwk":\#(impostorJWK),\#(typ)}"#,
+                    .rejected(.invalidKey), by: impostorRS256)
+                try add(
+                    "x5c with an attacker's certificate chain",
+                    header: #"{"alg":"RS256","kid":"\#(impostorKid)","x5c":["MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA"],\#(typ)}"#,
+                    .rejected(.invalidKey), by: impostorRS256)
                 // crit: nothing is understood, so any critical extension is refused (signed with the real key).
-                try add("crit naming exp", header: #"{"alg":"RS256","kid":"\#(kid)","crit":["exp"],"exp":1,\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
-                try add("crit b64 false", header: #"{"alg":"RS256","kid":"\#(kid)","crit":["b64"],"b64":false,\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
-                try add("crit empty array", header: #"{"alg":"RS256","kid":"\#(kid)","crit":[],\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
-                try add("crit a string", header: #"{"alg":"RS256","kid":"\#(kid)","crit":"exp",\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
+                try add(
+                    "crit naming exp", header: #"{"alg":"RS256","kid":"\#(kid)","crit":["exp"],"exp":1,\#(typ)}"#, .rejected(.invalidRequest),
+                    by: forge.rs256)
+                try add(
+                    "crit b64 false", header: #"{"alg":"RS256","kid":"\#(kid)","crit":["b64"],"b64":false,\#(typ)}"#, .rejected(.invalidRequest),
+                    by: forge.rs256)
+                try add(
+                    "crit empty array", header: #"{"alg":"RS256","kid":"\#(kid)","crit":[],\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
+                try add(
+                    "crit a string", header: #"{"alg":"RS256","kid":"\#(kid)","crit":"exp",\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
                 // typ
                 for (name, value) in [
                     ("typ at+jwt", #""at+jwt""#), ("typ empty", #""""#), ("typ a number", "1"), ("typ null", "null"),
@@ -284,8 +330,12 @@ struct HostileInputTests {
                 try add("header a number", header: "42", .rejected(.invalidRequest), by: forge.rs256)
                 try add("header truncated JSON", header: #"{"alg":"RS256","kid":"\#(kid)""#, .rejected(.invalidRequest), by: forge.rs256)
                 try add("header not JSON", header: "alg=RS256;kid=\(kid)", .rejected(.invalidRequest), by: forge.rs256)
-                try add("header with alg twice (none, then RS256)", header: #"{"alg":"none","alg":"RS256","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
-                try add("header with kid twice", header: #"{"alg":"RS256","kid":"no-such-kid","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidRequest), by: forge.rs256)
+                try add(
+                    "header with alg twice (none, then RS256)", header: #"{"alg":"none","alg":"RS256","kid":"\#(kid)",\#(typ)}"#,
+                    .rejected(.invalidRequest), by: forge.rs256)
+                try add(
+                    "header with kid twice", header: #"{"alg":"RS256","kid":"no-such-kid","kid":"\#(kid)",\#(typ)}"#, .rejected(.invalidRequest),
+                    by: forge.rs256)
                 try await forge.run(cases, class: "JOSE header")
             }
         }
@@ -327,7 +377,9 @@ struct HostileInputTests {
             try add("duplicate event-type member in events", replacing(eventKey, with: eventKey + "{}," + eventKey))
             try add("nesting 65 deep", first(#""deep":"# + String(repeating: "[", count: 64) + String(repeating: "]", count: 64)))
             try add("nesting 1000 deep", first(#""deep":"# + String(repeating: "[", count: 999) + String(repeating: "]", count: 999)))
-            try add("nesting 100 objects deep inside the event", replacing(sub, with: sub + #","deep":"# + String(repeating: #"{"a":"#, count: 100) + "1" + String(repeating: "}", count: 100)))
+            try add(
+                "nesting 100 objects deep inside the event",
+                replacing(sub, with: sub + #","deep":"# + String(repeating: #"{"a":"#, count: 100) + "1" + String(repeating: "}", count: 100)))
             try add("nesting 1000 deep, unclosed", first(#""deep":"# + String(repeating: "[", count: 1000)))
             try add("invalid UTF-8 byte 0xFF in a string", first(Array(#""note":""#.utf8) + [0xFF, 0xFE] + [UInt8(ascii: "\"")]))
             try add("overlong UTF-8 encoding of '/'", first(Array(#""note":""#.utf8) + [0xC0, 0xAF] + [UInt8(ascii: "\"")]))
@@ -397,9 +449,13 @@ struct HostileInputTests {
             try await add("iss an object", .rejected(.invalidRequest)) { $0["iss"] = ["iss": .string(harness.transmitter.issuer)] }
             try await add("iss empty", .rejected(.invalidIssuer)) { $0["iss"] = "" }
             try await add("iss Google's (not this transmitter's)", .rejected(.invalidIssuer)) { $0["iss"] = "https://accounts.google.com/" }
-            try await add("iss without its trailing slash", .rejected(.invalidIssuer)) { $0["iss"] = .string(String(harness.transmitter.issuer.dropLast())) }
+            try await add("iss without its trailing slash", .rejected(.invalidIssuer)) {
+                $0["iss"] = .string(String(harness.transmitter.issuer.dropLast()))
+            }
             try await add("iss with a trailing space", .rejected(.invalidIssuer)) { $0["iss"] = .string(harness.transmitter.issuer + " ") }
-            try await add("iss with an upper-case scheme", .rejected(.invalidIssuer)) { $0["iss"] = .string("HTTP" + harness.transmitter.issuer.dropFirst(4)) }
+            try await add("iss with an upper-case scheme", .rejected(.invalidIssuer)) {
+                $0["iss"] = .string("HTTP" + harness.transmitter.issuer.dropFirst(4))
+            }
             try await add("iss with a path appended", .rejected(.invalidIssuer)) { $0["iss"] = .string(harness.transmitter.issuer + "evil") }
             // iat
             try await add("iat missing", .rejected(.invalidRequest)) { $0["iat"] = nil }
@@ -465,20 +521,28 @@ struct HostileInputTests {
                 .object([EventType.sessionsRevoked.rawValue: ["subject": ["subject_type": .string(type), "iss": .string(iss), "sub": .string(sub)]]])
             }
             let issuer = harness.transmitter.issuer
-            try await add("iss of 257 bytes", .rejected(.invalidRequest)) { $0["iss"] = .string(issuer + String(repeating: "i", count: 257 - issuer.utf8.count)) }
-            try await add("iss of 300 bytes", .rejected(.invalidRequest)) { $0["iss"] = .string(issuer + String(repeating: "i", count: 300 - issuer.utf8.count)) }
+            try await add("iss of 257 bytes", .rejected(.invalidRequest)) {
+                $0["iss"] = .string(issuer + String(repeating: "i", count: 257 - issuer.utf8.count))
+            }
+            try await add("iss of 300 bytes", .rejected(.invalidRequest)) {
+                $0["iss"] = .string(issuer + String(repeating: "i", count: 300 - issuer.utf8.count))
+            }
             try await add("iss of 4 KB", .rejected(.invalidRequest)) { $0["iss"] = .string(issuer + Forge.randomText(4096 - issuer.utf8.count)) }
             try await add("jti of 257 bytes", .rejected(.invalidRequest)) { $0["jti"] = .string(Forge.randomText(257)) }
             try await add("jti of 300 bytes", .rejected(.invalidRequest)) { $0["jti"] = .string(Forge.randomText(300)) }
             try await add("jti of 4 KB", .rejected(.invalidRequest)) { $0["jti"] = .string(Forge.randomText(4096)) }
-            try await add("jti of 100 emoji (100 characters, 400 bytes)", .rejected(.invalidRequest)) { $0["jti"] = .string(String(repeating: "😀", count: 100)) }
+            try await add("jti of 100 emoji (100 characters, 400 bytes)", .rejected(.invalidRequest)) {
+                $0["jti"] = .string(String(repeating: "😀", count: 100))
+            }
             try await add("subject sub of 257 bytes", .rejected(.invalidRequest)) { $0["events"] = subject(sub: Forge.randomText(257)) }
             try await add("subject sub of 300 bytes", .rejected(.invalidRequest)) { $0["events"] = subject(sub: Forge.randomText(300)) }
             try await add("subject sub of 4 KB", .rejected(.invalidRequest)) { $0["events"] = subject(sub: Forge.randomText(4096)) }
             try await add("id_token_claims subject sub of 300 bytes", .rejected(.invalidRequest)) {
                 $0["events"] = subject(sub: Forge.randomText(300), type: "id_token_claims")
             }
-            try await add("subject iss of 300 bytes", .rejected(.invalidRequest)) { $0["events"] = subject(sub: "u-1", iss: "https://" + Forge.randomText(292)) }
+            try await add("subject iss of 300 bytes", .rejected(.invalidRequest)) {
+                $0["events"] = subject(sub: "u-1", iss: "https://" + Forge.randomText(292))
+            }
             try await add("SSF sub_id sub of 300 bytes", .rejected(.invalidRequest)) {
                 $0["events"] = .object([EventType.caepSessionRevoked.rawValue: ["event_timestamp": 1]])
                 $0["sub_id"] = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(Forge.randomText(300))]
@@ -566,10 +630,13 @@ struct HostileInputTests {
                     legacy(["subject_type": "id_token_claims", "iss": "https://evil.example", "sub": .string(victim), "email": .string(email)])
                 },
                 .init(name: "tokens-revoked from another issuer") { victim, _ in
-                    legacy(["subject_type": "iss-sub", "iss": "https://evil.example", "sub": .string(victim)], type: EventType.tokensRevoked.rawValue)
+                    legacy(
+                        ["subject_type": "iss-sub", "iss": "https://evil.example", "sub": .string(victim)], type: EventType.tokensRevoked.rawValue)
                 },
                 .init(name: "credential-change-required from another issuer") { victim, _ in
-                    legacy(["subject_type": "iss-sub", "iss": "https://evil.example", "sub": .string(victim)], type: EventType.accountCredentialChangeRequired.rawValue)
+                    legacy(
+                        ["subject_type": "iss-sub", "iss": "https://evil.example", "sub": .string(victim)],
+                        type: EventType.accountCredentialChangeRequired.rawValue)
                 },
                 .init(name: "SSF sub_id from another issuer (CAEP session-revoked)") { victim, _ in
                     [
@@ -586,15 +653,21 @@ struct HostileInputTests {
                         "sub_id": ["format": "email", "email": .string(email)],
                     ]
                 },
-                .init(name: "empty sub from Google's issuer", claims: { _, _ in
-                    legacy(["subject_type": "iss-sub", "iss": .string(google), "sub": ""])
-                }, absent: [""]),
-                .init(name: "empty sub, id_token_claims", claims: { _, _ in
-                    legacy(["subject_type": "id_token_claims", "iss": .string(google), "sub": ""])
-                }, absent: [""]),
-                .init(name: "sub a number", claims: { _, _ in
-                    legacy(["subject_type": "iss-sub", "iss": .string(google), "sub": .number(Double(numericSub)!)])
-                }, absent: [numericSub]),
+                .init(
+                    name: "empty sub from Google's issuer",
+                    claims: { _, _ in
+                        legacy(["subject_type": "iss-sub", "iss": .string(google), "sub": ""])
+                    }, absent: [""]),
+                .init(
+                    name: "empty sub, id_token_claims",
+                    claims: { _, _ in
+                        legacy(["subject_type": "id_token_claims", "iss": .string(google), "sub": ""])
+                    }, absent: [""]),
+                .init(
+                    name: "sub a number",
+                    claims: { _, _ in
+                        legacy(["subject_type": "iss-sub", "iss": .string(google), "sub": .number(Double(numericSub)!)])
+                    }, absent: [numericSub]),
                 .init(name: "sub null") { _, _ in legacy(["subject_type": "iss-sub", "iss": .string(google), "sub": .null]) },
                 .init(name: "sub missing") { _, _ in legacy(["subject_type": "iss-sub", "iss": .string(google)]) },
                 .init(name: "subject missing") { _, _ in legacy(nil) },
@@ -604,7 +677,11 @@ struct HostileInputTests {
                 },
             ]
 
-            struct Victim { var sub: String; var email: String; var session: String }
+            struct Victim {
+                var sub: String
+                var email: String
+                var session: String
+            }
             func victim() async throws -> Victim {
                 let sub = "hostile-victim-\(UUID().uuidString.lowercased())"
                 let email = "\(sub)@example.com"
@@ -612,9 +689,10 @@ struct HostileInputTests {
             }
             func send(_ claims: [String: JSONValue]) async throws -> (String, Harness.Reply) {
                 let marker = Forge.marker()
-                let token = try await harness.sign(forge.claims(marker) { c in
-                    for (key, value) in claims { c[key] = value }
-                })
+                let token = try await harness.sign(
+                    forge.claims(marker) { c in
+                        for (key, value) in claims { c[key] = value }
+                    })
                 return (marker, try await harness.post(token))
             }
 
@@ -640,7 +718,9 @@ struct HostileInputTests {
                 #expect(!actions.isEmpty && actions.allSatisfy { $0.kind == "skip" && $0.rows == 0 }, "\(testCase.name): actions \(actions)")
                 #expect(try await forge.liveSessions(target.sub) == 1, "\(testCase.name): the victim's session was revoked")
                 let state = try await forge.userState(target.sub)
-                #expect(state?.disabled == false && state?.review == false && state?.credentialChange == false, "\(testCase.name): victim state \(String(describing: state))")
+                #expect(
+                    state?.disabled == false && state?.review == false && state?.credentialChange == false,
+                    "\(testCase.name): victim state \(String(describing: state))")
                 let check = try await harness.checkSession(target.session)
                 #expect(check.status == 200, "\(testCase.name): session check \(check.body)")
                 #expect(check.json["flags"] == [], "\(testCase.name): flags \(check.body)")
@@ -685,17 +765,19 @@ struct HostileInputTests {
             /// A case whose ID token is signed with the transmitter's current key after `change`.
             func signed(_ name: String, _ change: @escaping (inout [String: JSONValue]) -> Void) {
                 let (sub, email) = identity()
-                cases.append(SignInCase(name: name, sub: sub, email: email) {
-                    try await form(try await harness.sign(claims(sub, email, change), typ: "JWT"))
-                })
+                cases.append(
+                    SignInCase(name: name, sub: sub, email: email) {
+                        try await form(try await harness.sign(claims(sub, email, change), typ: "JWT"))
+                    })
             }
             /// A case whose token is built from the header text and the claims, then signed by `sign`.
             func forged(_ name: String, header: String, sign: @escaping (String) throws -> String) {
                 let (sub, email) = identity()
-                cases.append(SignInCase(name: name, sub: sub, email: email) {
-                    let input = Forge.b64(header) + "." + Forge.b64(claims(sub, email).serialized)
-                    return try await form(input + "." + (try sign(input)))
-                })
+                cases.append(
+                    SignInCase(name: name, sub: sub, email: email) {
+                        let input = Forge.b64(header) + "." + Forge.b64(claims(sub, email).serialized)
+                        return try await form(input + "." + (try sign(input)))
+                    })
             }
             func raw(_ name: String, _ send: @escaping (String, String) async throws -> Harness.Reply) {
                 let (sub, email) = identity()
@@ -756,16 +838,18 @@ struct HostileInputTests {
             do {
                 let (_, email) = identity()
                 let numeric = String(Int.random(in: 100_000_000_000...999_999_999_999))
-                cases.append(SignInCase(name: "sub a number", sub: numeric, email: email) {
-                    try await form(try await harness.sign(claims(numeric, email) { $0["sub"] = .number(Double(numeric)!) }, typ: "JWT"))
-                })
+                cases.append(
+                    SignInCase(name: "sub a number", sub: numeric, email: email) {
+                        try await form(try await harness.sign(claims(numeric, email) { $0["sub"] = .number(Double(numeric)!) }, typ: "JWT"))
+                    })
             }
             for length in [257, 300, 4096] {
                 let (_, email) = identity()
                 let sub = "big-" + Forge.randomText(length - 4)
-                cases.append(SignInCase(name: "sub of \(length) bytes", sub: sub, email: email) {
-                    try await form(try await harness.sign(claims(sub, email), typ: "JWT"))
-                })
+                cases.append(
+                    SignInCase(name: "sub of \(length) bytes", sub: sub, email: email) {
+                        try await form(try await harness.sign(claims(sub, email), typ: "JWT"))
+                    })
             }
             raw("unknown kid") { sub, email in try await form(try await harness.sign(claims(sub, email), typ: "JWT", kid: "no-such-kid")) }
             raw("bad signature (another token's)") { sub, email in

@@ -142,7 +142,9 @@ struct KeyFetchingTests {
     @Test("max-age is clamped: max-age=0 does not expire the keys at once, a year is cut to a day")
     func maxAgeClamped() async throws {
         try await with { publisher, signer in
-            for (cacheControl, stillCachedAfter, expiredAfter) in [("max-age=0", 30.0, 61.0), ("no-store", 30, 61), ("max-age=31536000", 80_000, 86_401)] {
+            for (cacheControl, stillCachedAfter, expiredAfter) in [
+                ("max-age=0", 30.0, 61.0), ("no-store", 30, 61), ("max-age=31536000", 80_000, 86_401),
+            ] {
                 publisher.answers.withLock { $0.cacheControl = cacheControl }
                 let clock = TestClock()
                 let keys = keys(publisher.base + "/discovery", clock: clock)

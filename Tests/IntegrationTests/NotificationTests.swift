@@ -290,7 +290,8 @@ struct NotificationTests {
             }
             func sealedSecret(_ url: String) async throws -> Data? {
                 for try await sealed in try await harness.database.query("SELECT secret_sealed FROM risc_subscribers WHERE url = \(url)")
-                    .decode(Data?.self) { return sealed }
+                    .decode(Data?.self)
+                { return sealed }
                 return nil
             }
             let sealedBefore = try await sealedSecret("https://b.example.com/hook")
@@ -507,7 +508,9 @@ struct NotificationTests {
                         ).decode((Int64, String).self) {
                             errors[id] = error
                         }
-                        return [rebound, literal].allSatisfy { errors[$0]?.hasPrefix("not sent:") == true && errors[$0]?.contains("link-local") == true }
+                        return [rebound, literal].allSatisfy {
+                            errors[$0]?.hasPrefix("not sent:") == true && errors[$0]?.contains("link-local") == true
+                        }
                     }
                 }
             }
@@ -613,8 +616,10 @@ struct NotificationTests {
             var eventID: Int64 = 0
             for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
             let actions = JSONValue.array([
-                ["event": .number(Double(eventID)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
-                 "client_ids": []],
+                [
+                    "event": .number(Double(eventID)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
+                    "client_ids": [],
+                ]
             ]).serialized
             await #expect(throws: (any Error).self) {
                 try await harness.database.transaction(logger: Harness.logger) { connection in
@@ -715,7 +720,9 @@ struct NotificationTests {
                     }
                     #expect(!subscriber.accepted.withLock { $0.contains { $0.sub == slow } }, "nothing of the slow user's went ahead of the first")
                     refusing.store(false, ordering: .relaxed)
-                    try await eventually("all of the slow user's are delivered") { subscriber.accepted.withLock { $0.filter { $0.sub == slow }.count } == 5 }
+                    try await eventually("all of the slow user's are delivered") {
+                        subscriber.accepted.withLock { $0.filter { $0.sub == slow }.count } == 5
+                    }
                     let order = subscriber.accepted.withLock { $0.filter { $0.sub == slow }.compactMap { $0.json["type"]?.stringValue } }
                     #expect(order == ["revoke_sessions", "disable_sign_in", "flag_for_review", "enable_sign_in", "require_credential_change"])
                     let ids = try await harness.notifications(sub: slow).map(\.webhookID)
@@ -769,7 +776,9 @@ struct NotificationTests {
             let keyless = try await runRiscReceiver(
                 ["subscribers", "add", "--url", "https://hooks.example.com/risc"], environment: environment.filter { $0.key != "RISC_VAULT_KEY" })
             #expect(keyless.status == 1 && keyless.output.contains("RISC_VAULT_KEY"), "\(keyless.output)")
-            let added = try await run(["subscribers", "add", "--url", "https://hooks.example.com/risc", "--actions", "revoke_sessions,disable_sign_in", "--json"])
+            let added = try await run([
+                "subscribers", "add", "--url", "https://hooks.example.com/risc", "--actions", "revoke_sessions,disable_sign_in", "--json",
+            ])
             #expect(added.status == 0, "\(added.output)")
             let json = try JSONValue.parse(Data(added.output.utf8))
             #expect(Set(json.objectValue?.keys.map { $0 } ?? []) == ["id", "secret"])
@@ -798,7 +807,8 @@ struct NotificationTests {
             // A given secret comes from standard input; a bad one is refused by name.
             let given = StandardWebhook.generateSecret()
             func addWithSecret(_ secret: String) async throws -> (status: Int32, output: String) {
-                let command = "printf '%s\\n' \"$1\" | \"$0\" subscribers add --url 'https://user:pw@hooks.example.com/in?token=abc' --secret - --json"
+                let command =
+                    "printf '%s\\n' \"$1\" | \"$0\" subscribers add --url 'https://user:pw@hooks.example.com/in?token=abc' --secret - --json"
                 return try await runShell(command, arguments: [riscReceiverBinary, secret], environment: environment)
             }
             let fromInput = try await addWithSecret(given)
@@ -807,8 +817,10 @@ struct NotificationTests {
             let badInput = try await addWithSecret("plain-secret")
             #expect(badInput.status == 2 && badInput.output.contains("whsec_"), "\(badInput.output)")
             // Listings never show user-info or a query string: either may be a credential.
-            for listing in [try await run(["subscribers", "list", "--json"]).output, try await run(["subscribers", "list"]).output,
-                            try await harness.call(.GET, "/admin/v1/subscribers", bearer: Harness.adminToken).body] {
+            for listing in [
+                try await run(["subscribers", "list", "--json"]).output, try await run(["subscribers", "list"]).output,
+                try await harness.call(.GET, "/admin/v1/subscribers", bearer: Harness.adminToken).body,
+            ] {
                 #expect(listing.contains("hooks.example.com/in") && !listing.contains("pw") && !listing.contains("abc"), "\(listing)")
             }
             for loopback in ["http://127.0.0.1:9/hook", "http://localhost:9/hook", "http://[::1]:9/hook"] {
@@ -840,7 +852,8 @@ struct NotificationTests {
             #expect(try await run(["subscribers", "remove", String(id)]).status == 0)
             var left: Int64 = -1
             for try await count in try await harness.database.query(
-                "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(id)").decode(Int64.self) { left = count }
+                "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(id)"
+            ).decode(Int64.self) { left = count }
             #expect(left == 0, "its notifications go with it")
             #expect(try await harness.notifications(sub: sub).count == 4, "the other subscribers' stay")
             #expect(try await run(["subscribers", "remove", String(id)]).status == 1)
@@ -898,7 +911,9 @@ struct WebhookSinkTests {
         let key = try #require(StandardWebhook.key(secret: secret))
         let received = Mutex<[WebhookSink.Received]>([])
         let (ports, port) = AsyncStream.makeStream(of: Int.self)
-        let app = WebhookSink(key: key, port: 0).makeApplication(logger: Harness.logger) { port.yield($0) } onDelivery: { delivery in
+        let app = WebhookSink(key: key, port: 0).makeApplication(logger: Harness.logger) {
+            port.yield($0)
+        } onDelivery: { delivery in
             received.withLock { $0.append(delivery) }
         }
         try await whileRunning([app]) {
@@ -908,7 +923,9 @@ struct WebhookSinkTests {
             for (signingKey, expected) in [(key, 204), (SymmetricKey(size: .bits256), 401)] {
                 var request = HTTPClientRequest(url: url)
                 request.method = .POST
-                for (name, value) in StandardWebhook.headers(id: "msg_1", timestamp: Int64(Date().timeIntervalSince1970), body: body, keys: [signingKey]) {
+                for (name, value) in StandardWebhook.headers(
+                    id: "msg_1", timestamp: Int64(Date().timeIntervalSince1970), body: body, keys: [signingKey])
+                {
                     request.headers.add(name: name, value: value)
                 }
                 request.body = .bytes(ByteBuffer(bytes: body))

@@ -3,9 +3,9 @@ import DevTransmitter
 import Foundation
 import NIOCore
 import NIOHTTP1
-import RISCStore
 import PostgresNIO
 import RISC
+import RISCStore
 import TestSupport
 import Testing
 
@@ -218,7 +218,9 @@ struct OperationsTests {
             for line in log.split(separator: "\n") where line.hasPrefix("{") {
                 let object = try #require((try? JSONValue.parse(Data(line.utf8)))?.objectValue, "\(line)")
                 #expect(object["level"] != nil && object["message"] != nil)
-                if let message = object["message"]?.stringValue, ["Accepted a SET", "Signed in", "Rejected a SET", "Stored a grant"].contains(message) {
+                if let message = object["message"]?.stringValue,
+                    ["Accepted a SET", "Signed in", "Rejected a SET", "Stored a grant"].contains(message)
+                {
                     #expect(object["hb.request.id"] != nil, "\(line)")
                 }
             }
@@ -242,8 +244,12 @@ struct OperationsTests {
                     if sent >= 24, let outcome = try await group.next() { outcomes.append(outcome) }
                     group.addTask {
                         // Short timeouts: after SIGTERM a request may sit on a connection nobody reads any more.
-                        (token, try? await client.send(
-                            .POST, "/risc/events", body: token, contentType: "application/secevent+jwt", timeout: .seconds(3)).status)
+                        (
+                            token,
+                            try? await client.send(
+                                .POST, "/risc/events", body: token, contentType: "application/secevent+jwt", timeout: .seconds(3)
+                            ).status
+                        )
                     }
                     sent += 1
                     if sent == 200 { serve.process.kill(SIGTERM) }

@@ -58,7 +58,8 @@ struct OutboundEdgeTests {
                 "issuer": "https://accounts.google.com", "jwks_uri": .string(root + "/jwks"), "token_endpoint": .string(token),
                 "revocation_endpoint": .string(revocation),
             ]
-            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: document.serialized)))
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: document.serialized)))
         }
         router.get("/jwks") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: keys.serialized)))

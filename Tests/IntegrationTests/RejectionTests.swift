@@ -42,8 +42,10 @@ struct RejectionTests {
             try await expectRejected(harness, try await impostor.sign(claims: harness.claims()), .invalidKey)
             // alg none, and HMAC keyed with the public key (the classic confusion attack).
             // An unsecured JWS has an empty signature segment; its alg decides the answer (none is invalid_key).
-            try await expectRejected(harness, unsigned(header: ["alg": "none", "kid": .string(kid)], claims: harness.claims(), signature: ""), .invalidKey)
-            try await expectRejected(harness, unsigned(header: ["alg": "RS256", "kid": .string(kid)], claims: harness.claims(), signature: ""), .invalidKey)
+            try await expectRejected(
+                harness, unsigned(header: ["alg": "none", "kid": .string(kid)], claims: harness.claims(), signature: ""), .invalidKey)
+            try await expectRejected(
+                harness, unsigned(header: ["alg": "RS256", "kid": .string(kid)], claims: harness.claims(), signature: ""), .invalidKey)
             try await expectRejected(harness, unsigned(header: ["alg": "none", "kid": .string(kid)], claims: harness.claims()), .invalidKey)
             try await expectRejected(harness, unsigned(header: ["alg": "HS256", "kid": .string(kid)], claims: harness.claims()), .invalidKey)
             try await expectRejected(harness, unsigned(header: ["alg": "RS384", "kid": .string(kid)], claims: harness.claims()), .invalidKey)

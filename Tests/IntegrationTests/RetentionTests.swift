@@ -10,7 +10,9 @@ import Testing
 /// RISC_EVENT_RETENTION_DAYS: old finished events go, with their actions; nothing else does.
 @Suite("Event retention")
 struct RetentionTests {
-    @Test("Old done and ignored events go with their actions, in batches; waiting, dead, unreplayed shadow and recent ones stay; views still work; a recent SET is still a duplicate")
+    @Test(
+        "Old done and ignored events go with their actions, in batches; waiting, dead, unreplayed shadow and recent ones stay; views still work; a recent SET is still a duplicate"
+    )
     func deletesOldFinishedEvents() async throws {
         var options = Harness.Options()
         options.worker = true
@@ -54,7 +56,9 @@ struct RetentionTests {
                 """)
             @Sendable func notifications() async throws -> [String: String] {
                 var found: [String: String] = [:]
-                for try await (jti, status) in try await harness.database.query("SELECT event_jti, status FROM risc_notifications").decode((String, String).self) {
+                for try await (jti, status) in try await harness.database.query("SELECT event_jti, status FROM risc_notifications").decode(
+                    (String, String).self)
+                {
                     found[jti] = status
                 }
                 return found

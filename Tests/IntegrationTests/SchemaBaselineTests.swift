@@ -70,9 +70,12 @@ struct SchemaBaselineTests {
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("risc-schema-\(UUID().uuidString).sql").path
         defer { try? FileManager.default.removeItem(atPath: output) }
         let pgDump = Harness.environment("RISC_TEST_PG_BIN") + "/pg_dump"
-        let status = try await ChildProcess.spawn(pgDump, [
-            "--schema-only", "--no-owner", "--exclude-table=schema_migrations", "--exclude-table=schema_routines", "--dbname", url,
-        ], outputFile: output).wait()
+        let status = try await ChildProcess.spawn(
+            pgDump,
+            [
+                "--schema-only", "--no-owner", "--exclude-table=schema_migrations", "--exclude-table=schema_routines", "--dbname", url,
+            ], outputFile: output
+        ).wait()
         let text = try String(contentsOfFile: output, encoding: .utf8)
         #expect(status == 0, "\(text)")
         return text.split(separator: "\n").compactMap { line in

@@ -84,10 +84,11 @@ struct ShadowModeTests {
             let untouched = try await state()
             let shadow = try await apply(enforce: false)
             #expect(try await state() == untouched)
-            #expect(Set(shadow) == [
-                "revoke_sessions:2", "delete_grant_by_prefix:2", "ambiguous_token_identifier:2", "disable_sign_in:1",
-                "flag_for_review:1", "require_credential_change:1",
-            ], "\(shadow)")
+            #expect(
+                Set(shadow) == [
+                    "revoke_sessions:2", "delete_grant_by_prefix:2", "ambiguous_token_identifier:2", "disable_sign_in:1",
+                    "flag_for_review:1", "require_credential_change:1",
+                ], "\(shadow)")
             let enforced = try await apply(enforce: true)
             #expect(enforced == shadow)
             #expect(try await state() != untouched)
@@ -149,13 +150,16 @@ struct ShadowModeTests {
         // tokens-revoked; a hijacking; then an older account-enabled, delivered last.
         let issued = Date().timeIntervalSince1970.rounded(.down)
         var jtis: [String] = []
-        for (type, reason, iat) in [("tokens-revoked", nil, issued), ("account-disabled", "hijacking", issued), ("account-enabled", nil, issued - 60)] {
+        for (type, reason, iat) in [
+            ("tokens-revoked", nil, issued), ("account-disabled", "hijacking", issued), ("account-enabled", nil, issued - 60),
+        ] {
             var request = SETRequest(type: type, sub: sub)
             request.reason = reason
             request.iat = iat
             request.jti = "shadow-\(UUID().uuidString)"
             jtis.append(request.jti!)
-            let reply = try await client.send(.POST, "/risc/events", body: try await transmitter.makeSET(request), contentType: "application/secevent+jwt")
+            let reply = try await client.send(
+                .POST, "/risc/events", body: try await transmitter.makeSET(request), contentType: "application/secevent+jwt")
             #expect(reply.status == 202, "\(reply.body)")
         }
         let page = try await client.send(.GET, "/admin/v1/events?sub=\(sub)", bearer: Harness.adminToken).json
@@ -198,7 +202,9 @@ struct ShadowModeTests {
         let explained = try await client.send(.GET, "/admin/v1/events/\(ids[1])/explain", bearer: Harness.adminToken)
         #expect(explained.status == 200)
         #expect(explained.json["mode"] == "shadow")
-        let explainedActions = (explained.json["actions"]?.arrayValue ?? []).map { "\($0["kind"]?.stringValue ?? ""):\($0["rows_affected"]?.number ?? -1)" }
+        let explainedActions = (explained.json["actions"]?.arrayValue ?? []).map {
+            "\($0["kind"]?.stringValue ?? ""):\($0["rows_affected"]?.number ?? -1)"
+        }
         #expect(explainedActions == ["disable_sign_in:1.0", "revoke_sessions:1.0"])
         let actionsAfter = try await database.client.query("SELECT count(*)::int8 FROM risc_event_actions").collect().first?.decode(Int64.self)
         #expect(actionsBefore == actionsAfter)
@@ -230,7 +236,8 @@ struct ShadowModeTests {
         _ = try await database.client.query("SELECT id FROM risc_events WHERE id = ANY(\(ids)) FOR UPDATE").collect()
         #expect(try await live.send(.GET, "/v1/session", bearer: session).status == 200)
         let appliedEarly = try await database.client.query(
-            "SELECT count(*)::int8 FROM risc_event_actions WHERE event_id = ANY(\(ids)) AND NOT shadow").collect().first?.decode(Int64.self)
+            "SELECT count(*)::int8 FROM risc_event_actions WHERE event_id = ANY(\(ids)) AND NOT shadow"
+        ).collect().first?.decode(Int64.self)
         #expect(appliedEarly == 0, "a shadow event was applied before its replay")
         let cliExplained = try await runRiscReceiver(["events", "explain", String(ids[0])], environment: cli)
         #expect(cliExplained.status == 0)
@@ -282,7 +289,9 @@ struct ShadowModeTests {
         // user's notifications arrive in order, so once a later event's has, the enable's would have come before it.
         var later = SETRequest(type: "sessions-revoked", sub: sub)
         later.jti = "shadow-later-\(UUID().uuidString)"
-        #expect(try await live.send(.POST, "/risc/events", body: try await transmitter.makeSET(later), contentType: "application/secevent+jwt").status == 202)
+        #expect(
+            try await live.send(.POST, "/risc/events", body: try await transmitter.makeSET(later), contentType: "application/secevent+jwt").status
+                == 202)
         try await eventually("the later event's notification arrives") {
             subscriber.accepted.withLock { $0 }.contains { $0.json["event"]?["jti"]?.stringValue == later.jti }
         }

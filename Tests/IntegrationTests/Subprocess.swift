@@ -33,8 +33,7 @@ struct ChildProcess: Sendable {
         let envStrings = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         let envp = envStrings.map { strdup($0) } + [nil]
         defer {
-            argv.forEach { free($0) }
-            envp.forEach { free($0) }
+            for pointer in argv + envp { free(pointer) }
         }
         let result = posix_spawn(&pid, executable, &actions, nil, argv, envp)
         guard result == 0 else { throw SubprocessFailed(description: "cannot start \(executable): error \(result)") }

@@ -1,9 +1,10 @@
 import AsyncHTTPClient
 import Foundation
 import RISC
-@testable import RISCWorker
 import Synchronization
 import Testing
+
+@testable import RISCWorker
 
 @Suite("Subscribers' lookups and connections", .timeLimit(.minutes(1)))
 struct SubscriberConnectionTests {

@@ -75,9 +75,10 @@ struct SubscriberSecretTests {
                     // Reported: in the listing (the admin API judges with the same keys), and at error level, once.
                     let listed = try await harness.call(.GET, "/admin/v1/subscribers", bearer: Harness.adminToken)
                     let rows = listed.json["subscribers"]?.arrayValue ?? []
-                    let pausedByID = Dictionary(uniqueKeysWithValues: rows.compactMap { row in
-                        row["id"]?.number.map { (Int64($0), row["paused"]?.stringValue) }
-                    })
+                    let pausedByID = Dictionary(
+                        uniqueKeysWithValues: rows.compactMap { row in
+                            row["id"]?.number.map { (Int64($0), row["paused"]?.stringValue) }
+                        })
                     #expect(pausedByID[lostID]??.contains("cannot be opened") == true, "\(listed.body)")
                     #expect(pausedByID.values.filter { $0 != nil }.count == 1)
                     let metrics = try await Client(base: "http://127.0.0.1:\(metricsPort)").send(.GET, "/metrics")

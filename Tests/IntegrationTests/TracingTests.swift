@@ -1,8 +1,8 @@
 import AsyncHTTPClient
 import DevTransmitter
+import Foundation
 import NIOCore
 import NIOHTTP1
-import Foundation
 import RISC
 import Testing
 
@@ -70,7 +70,8 @@ struct TracingTests {
         try await subscriber.serving { hookURL in
             try await TraceCollector.with { collector in
                 try await ServeProcess.with(environment: collector.environment(["LOG_LEVEL": "debug", "LOG_FORMAT": "json"])) { serve, transmitter in
-                    try await Self.followOneSET(serve: serve, transmitter: transmitter, collector: collector, subscriber: subscriber, hookURL: hookURL)
+                    try await Self.followOneSET(
+                        serve: serve, transmitter: transmitter, collector: collector, subscriber: subscriber, hookURL: hookURL)
                 }
             }
         }
@@ -166,7 +167,9 @@ struct TracingTests {
         // refresh token or its identifier, a secret.
         let exported = collector.text
         let segments = set.split(separator: ".").map(String.init)
-        for secret in segments + [session, refreshToken, String(refreshToken.prefix(16)), email, Harness.adminToken, Harness.serviceToken, subscriber.secret] {
+        for secret in segments + [
+            session, refreshToken, String(refreshToken.prefix(16)), email, Harness.adminToken, Harness.serviceToken, subscriber.secret,
+        ] {
             #expect(!exported.contains(secret), "\(secret.prefix(12))... was exported")
         }
     }
@@ -188,7 +191,8 @@ struct TracingTests {
                 }
                 let sub = "traced-worker-\(UUID().uuidString)"
                 let set = try await transmitter.makeSET(SETRequest(type: "account-disabled", sub: sub))
-                #expect(try await Client(base: serve.url).send(.POST, "/risc/events", body: set, contentType: "application/secevent+jwt").status == 202)
+                #expect(
+                    try await Client(base: serve.url).send(.POST, "/risc/events", body: set, contentType: "application/secevent+jwt").status == 202)
                 let spans = try await collector.eventuallySpans("the worker's span") { spans in spans.contains { $0.name == "apply events" } }
                 let server = try #require(spans.first { $0.name == "POST /risc/events" })
                 #expect(spans.contains { $0.name == "store SETs" && $0.links.contains { $0.span == server.spanID } })
@@ -251,7 +255,8 @@ struct TracingTests {
                 for (route, caller) in linked {
                     let server = try #require(spans.first { $0.name == route }, "\(route)")
                     #expect(server.traceID != caller.trace && server.parentID == "", "\(route) joined the caller's trace")
-                    #expect(server.links.count == 1 && server.links.first?.trace == caller.trace && server.links.first?.span == caller.span, "\(route)")
+                    #expect(
+                        server.links.count == 1 && server.links.first?.trace == caller.trace && server.links.first?.span == caller.span, "\(route)")
                     #expect(!spans.contains { $0.traceID == caller.trace }, "\(route): a span in the caller's trace")
                 }
                 for (route, caller) in parented {

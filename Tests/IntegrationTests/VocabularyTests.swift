@@ -60,7 +60,8 @@ struct VocabularyTests {
             #expect(apply.contains("status IN ('pending', 'retry')"), "the function finishes only waiting events")
             #expect(store.contains("THEN '\(EventStatus.done.rawValue)'"), "events applied on receipt are stored done")
             // Only events left waiting wake the workers.
-            let trigger = try await Self.texts("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'risc_events_inserted'", on: harness.database)
+            let trigger = try await Self.texts(
+                "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'risc_events_inserted'", on: harness.database)
             #expect(trigger.map { Self.literals($0.split(separator: "WHEN").last ?? "") } == [Set(EventStatus.waiting.map(\.rawValue))])
             // Notifications are written for exactly the notified kinds.
             let notify = try #require(

@@ -46,7 +46,8 @@ struct IsolatedDatabase {
                 if !exists {
                     try await withNewDatabase(prefix: "risc_template_draft", drop: false) { url in
                         let draft = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
-                        _ = try await draft.whileRunning(timeout: .seconds(240)) { draft in try await migrator.migrate(client: draft, logger: logger) }
+                        _ = try await draft.whileRunning(timeout: .seconds(240)) { draft in try await migrator.migrate(client: draft, logger: logger)
+                        }
                         let draftName = String(url.split(separator: "/").last!.split(separator: "?").first!)
                         // A rename needs the draft free of sessions; a closed client's may take a moment to end.
                         try await connection.query(
@@ -219,11 +220,14 @@ struct WorkerTests {
                 """)
             // Backoffs of 6 to 12 s: long enough that a loaded machine cannot pass one between two calls (3 to 6 s
             // did, once, in CI from a fresh clone with the whole suite running).
-            let queue = EventQueue(client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 12, maxDelay: 12), logger: Harness.logger)
+            let queue = EventQueue(
+                client: database.client, retryPolicy: RetryPolicy(maxAttempts: 3, baseDelay: 12, maxDelay: 12), logger: Harness.logger)
             let first = try await queue.processBatch(limit: 10)
             #expect(first.claimed == 1)
             #expect(first.failed == 1)
-            #expect(try await database.count("SELECT count(*) FROM risc_events WHERE status = 'retry' AND attempts = 1 AND run_after > now() AND last_error IS NOT NULL") == 1)
+            #expect(
+                try await database.count(
+                    "SELECT count(*) FROM risc_events WHERE status = 'retry' AND attempts = 1 AND run_after > now() AND last_error IS NOT NULL") == 1)
             // Not runnable until its backoff has passed.
             #expect(try await queue.processBatch(limit: 10).claimed == 0)
             try await database.waitUntil(timeout: .seconds(60)) {
@@ -276,7 +280,9 @@ struct WorkerTests {
                     SELECT count(*) FROM risc_events e WHERE status = 'done'
                     AND NOT EXISTS (SELECT 1 FROM risc_event_actions a WHERE a.event_id = e.id)
                     """) == 0)
-            #expect(try await database.count("SELECT count(*) FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id WHERE e.status <> 'done'") == 0)
+            #expect(
+                try await database.count("SELECT count(*) FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id WHERE e.status <> 'done'")
+                    == 0)
         }
     }
 }

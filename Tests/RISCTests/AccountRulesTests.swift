@@ -17,7 +17,10 @@ struct AccountRulesTests {
             (event(.sessionsRevoked), [.revokeSessions(sub: "42")]),
             (event(.caepSessionRevoked), [.revokeSessions(sub: "42")]),
             (event(.tokensRevoked), [.revokeSessions(sub: "42"), .deleteGrants(sub: "42")]),
-            (event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)), [.deleteGrant(identifier, clientIDs: ["app"])]),
+            (
+                event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)),
+                [.deleteGrant(identifier, clientIDs: ["app"])]
+            ),
             (event(.accountDisabled), [.disableSignIn(sub: "42", reason: nil)]),
             (event(.accountDisabled, reason: "hijacking"), [.disableSignIn(sub: "42", reason: "hijacking"), .revokeSessions(sub: "42")]),
             (event(.accountDisabled, reason: "bulk-account"), [.disableSignIn(sub: "42", reason: "bulk-account"), .flagForReview(sub: "42")]),
@@ -50,8 +53,9 @@ struct AccountRulesTests {
     @Test("Only a non-empty sub issued by Google's sign-in names a user")
     func subjectIssuer() {
         for iss in ["https://accounts.google.com", "https://accounts.google.com/", "accounts.google.com"] {
-            #expect(AccountAction.actions(for: event(.sessionsRevoked, subject: .issuerAndSubject(iss: iss, sub: "9")), audience: [])
-                == [.revokeSessions(sub: "9")])
+            #expect(
+                AccountAction.actions(for: event(.sessionsRevoked, subject: .issuerAndSubject(iss: iss, sub: "9")), audience: [])
+                    == [.revokeSessions(sub: "9")])
         }
         let skips: [(Subject, String)] = [
             (.issuerAndSubject(iss: "https://evil.example", sub: "9"), "the subject was not issued by Google's sign-in"),
@@ -59,7 +63,8 @@ struct AccountRulesTests {
             (.issuerAndSubject(iss: "https://accounts.google.com", sub: ""), "the subject's sub is empty"),
         ]
         for (subject, reason) in skips {
-            #expect(AccountAction.actions(for: event(.accountDisabled, subject: subject, reason: "hijacking"), audience: []) == [.skip(reason: reason)])
+            #expect(
+                AccountAction.actions(for: event(.accountDisabled, subject: subject, reason: "hijacking"), audience: []) == [.skip(reason: reason)])
         }
     }
 
@@ -96,8 +101,10 @@ struct AccountRulesTests {
     @Test("What applied actions changed, for the metrics: rows for sessions and grants, actions for ambiguous identifiers")
     func actionTotals() {
         let totals = ActionTotals(
-            kinds: ["revoke_sessions", "delete_grants", "delete_grant_by_prefix", "delete_grant_by_hash", "ambiguous_token_identifier",
-                    "disable_sign_in", "a_kind_from_a_newer_build"],
+            kinds: [
+                "revoke_sessions", "delete_grants", "delete_grant_by_prefix", "delete_grant_by_hash", "ambiguous_token_identifier",
+                "disable_sign_in", "a_kind_from_a_newer_build",
+            ],
             actions: [2, 1, 3, 1, 2, 1, 9], rows: [5, 4, 3, 1, 7, 1, 9])
         #expect(totals.sessionsRevoked == 5 && totals.grantsDeleted == 8 && totals.ambiguousTokenIdentifiers == 2)
         var sum = totals

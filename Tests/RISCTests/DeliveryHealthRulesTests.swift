@@ -40,7 +40,10 @@ struct DeliveryHealthRulesTests {
         #expect(stale.problems == ["no verification SET has arrived for 121 s (more than 2 intervals of 60 s)"])
         let fractional = Self.health({ $0.lastVerifiedAt = Self.now.addingTimeInterval(-4) }, interval: 1.5)
         #expect(fractional.problems == ["no verification SET has arrived for 4 s (more than 2 intervals of 1.5 s)"])
-        let never = Self.health { $0.lastVerifiedAt = nil; $0.roundTripSeconds = nil }
+        let never = Self.health {
+            $0.lastVerifiedAt = nil
+            $0.roundTripSeconds = nil
+        }
         #expect(never.problems == ["no verification SET has arrived yet"])
         #expect(never.jsonValue["last_verified_at"] == .null && never.jsonValue["round_trip_seconds"] == .null)
     }

@@ -39,15 +39,19 @@ struct EventModelTests {
         #expect(token.primaryEvent?.subject?.googleSubject == "user-2")
     }
 
-    @Test("Subject formats", arguments: [
-        (["subject_type": "id_token_claims", "iss": "i", "sub": "s", "email": "a@b.c"] as JSONValue,
-         Subject.idTokenClaims(iss: "i", sub: "s", email: "a@b.c")),
-        (["format": "iss_sub", "iss": "i", "sub": "s"], .issuerAndSubject(iss: "i", sub: "s")),
-        (["format": "email", "email": "a@b.c"], .email("a@b.c")),
-        (["format": "opaque", "id": "x"], .opaque("x")),
-        (["format": "complex", "user": ["format": "email"]], .unrecognized(format: "complex")),
-        (["subject_type": "iss-sub", "iss": "i"], .unrecognized(format: "iss-sub")),
-    ] as [(JSONValue, Subject)])
+    @Test(
+        "Subject formats",
+        arguments: [
+            (
+                ["subject_type": "id_token_claims", "iss": "i", "sub": "s", "email": "a@b.c"] as JSONValue,
+                Subject.idTokenClaims(iss: "i", sub: "s", email: "a@b.c")
+            ),
+            (["format": "iss_sub", "iss": "i", "sub": "s"], .issuerAndSubject(iss: "i", sub: "s")),
+            (["format": "email", "email": "a@b.c"], .email("a@b.c")),
+            (["format": "opaque", "id": "x"], .opaque("x")),
+            (["format": "complex", "user": ["format": "email"]], .unrecognized(format: "complex")),
+            (["subject_type": "iss-sub", "iss": "i"], .unrecognized(format: "iss-sub")),
+        ] as [(JSONValue, Subject)])
     func subjects(_ json: JSONValue, _ expected: Subject) {
         #expect(Subject(json: json) == expected)
     }
@@ -80,9 +84,11 @@ struct EventModelTests {
 
     @Test("A known type next to an unknown one decides what the SET does")
     func mixed() throws {
-        let token = try T.parse(T.compact(claims: T.claims(events: [
-            "https://example.com/event/x": [:], EventType.sessionsRevoked.rawValue: ["subject": Self.legacySubject],
-        ])))
+        let token = try T.parse(
+            T.compact(
+                claims: T.claims(events: [
+                    "https://example.com/event/x": [:], EventType.sessionsRevoked.rawValue: ["subject": Self.legacySubject],
+                ])))
         #expect(!token.isIgnored)
         #expect(token.primaryEvent?.type == .sessionsRevoked)
         #expect(token.events.count == 2)

@@ -83,7 +83,9 @@ struct JSONParserDifferentialTests {
     func mutatedDocumentsAgree() throws {
         var generator = DocumentGenerator(seed: 0x5EED_0002)
         var failures: [String] = []
-        var oursAccepted = 0, bothRefused = 0, explainedDifferences = 0
+        var oursAccepted = 0
+        var bothRefused = 0
+        var explainedDifferences = 0
         for index in 0..<Self.mutatedDocuments {
             let bytes = generator.mutated(Array(generator.document().text.utf8))
             let ours = try? JSONValue.parse(bytes)
@@ -127,7 +129,8 @@ struct JSONParserDifferentialTests {
         var generator = DocumentGenerator(seed: 0x5EED_0003)
         for _ in 0..<300 {
             let key = generator.string(maxPieces: 4)
-            let first = generator.value(depth: 2), second = generator.value(depth: 2)
+            let first = generator.value(depth: 2)
+            let second = generator.value(depth: 2)
             var members = (0..<generator.int(0...3)).map { i in "\"pad\(i)\":\(generator.value(depth: 2).text)" }
             members.insert("\(key.text):\(first.text)", at: generator.int(0...members.count))
             members.insert("\(key.text)\(generator.whitespace()):\(second.text)", at: generator.int(0...members.count))
@@ -154,7 +157,8 @@ struct JSONParserDifferentialTests {
     func nul() {
         var generator = DocumentGenerator(seed: 0x5EED_0005)
         for round in 0..<300 {
-            let before = generator.stringContent(maxPieces: 3), after = generator.stringContent(maxPieces: 3)
+            let before = generator.stringContent(maxPieces: 3)
+            let after = generator.stringContent(maxPieces: 3)
             let nul = ["\\u0000", "\\u0000", "\u{0}"][round % 3]
             let string = "\"\(before)\(nul)\(after)\""
             let text = generator.wrapped(round % 2 == 0 ? string : "{\(string):0}")
@@ -428,7 +432,8 @@ private struct DocumentGenerator {
     mutating func container(depth: Int) -> (text: String, value: JSONValue) {
         let count = chance(0.1) ? 0 : int(1...6)
         if chance(0.5) {
-            var texts: [String] = [], values: [JSONValue] = []
+            var texts: [String] = []
+            var values: [JSONValue] = []
             for _ in 0..<count {
                 let element = value(depth: depth + 1)
                 texts.append(wrapped(element.text))
@@ -436,7 +441,8 @@ private struct DocumentGenerator {
             }
             return ("[" + whitespace() + texts.joined(separator: ",") + "]", .array(values))
         }
-        var texts: [String] = [], members: [String: JSONValue] = [:]
+        var texts: [String] = []
+        var members: [String: JSONValue] = [:]
         for _ in 0..<count {
             // No U+FEFF in names: Foundation's quirk would merge "\u{FEFF}" with "" (see the suite's notes).
             let key = string(maxPieces: 3, allowBOM: false)
@@ -495,14 +501,16 @@ private struct DocumentGenerator {
 
     /// A string literal (with its quotes) and its value.
     mutating func string(maxPieces: Int, allowBOM: Bool = true) -> (text: String, value: String) {
-        var text = "\"", value = String.UnicodeScalarView()
+        var text = "\""
+        var value = String.UnicodeScalarView()
         for _ in 0..<int(0...maxPieces) { piece(&text, &value, allowBOM: allowBOM) }
         return (text + "\"", String(value))
     }
 
     /// The inside of a string literal (no quotes).
     mutating func stringContent(maxPieces: Int) -> String {
-        var text = "", value = String.UnicodeScalarView()
+        var text = ""
+        var value = String.UnicodeScalarView()
         for _ in 0..<int(0...maxPieces) { piece(&text, &value) }
         return text
     }
@@ -533,7 +541,8 @@ private struct DocumentGenerator {
             value.append(Unicode.Scalar(code)!)
         case 5:  // a surrogate pair
             let code = UInt32(int(0x10000...0x10FFFF))
-            let high = 0xD800 + ((code - 0x10000) >> 10), low = 0xDC00 + ((code - 0x10000) & 0x3FF)
+            let high = 0xD800 + ((code - 0x10000) >> 10)
+            let low = 0xDC00 + ((code - 0x10000) & 0x3FF)
             text += "\\u" + hex4(high) + "\\u" + hex4(low)
             value.append(Unicode.Scalar(code)!)
         default:  // a raw scalar of 2, 3 or 4 UTF-8 bytes (or a combining mark, or U+2028)
@@ -584,7 +593,8 @@ private struct DocumentGenerator {
             case 2 where !bytes.isEmpty: bytes[min(position, bytes.count - 1)] = alphabet[int(0...alphabet.count - 1)]
             default:
                 guard !bytes.isEmpty else { continue }
-                let start = min(position, bytes.count - 1), end = min(bytes.count, start + int(1...8))
+                let start = min(position, bytes.count - 1)
+                let end = min(bytes.count, start + int(1...8))
                 bytes.insert(contentsOf: bytes[start..<end], at: int(0...bytes.count))
             }
         }

@@ -8,8 +8,9 @@ struct JSONParserTests {
 
     @Test("Values of every kind")
     func values() {
-        #expect(parse(#" {"a": [1, -2.5e3, true, false, null, "x"], "b": {}} "#)
-            == ["a": [1, .number(-2500), true, false, .null, "x"], "b": [:]])
+        #expect(
+            parse(#" {"a": [1, -2.5e3, true, false, null, "x"], "b": {}} "#)
+                == ["a": [1, .number(-2500), true, false, .null, "x"], "b": [:]])
         #expect(parse("0") == .number(0))
         #expect(parse("[]") == [])
         #expect(parse(#""""#) == "")
@@ -51,7 +52,8 @@ struct JSONParserTests {
 
     @Test("Agrees with Foundation on a SET payload")
     func agreesWithFoundation() throws {
-        let text = #"{"iss":"https://accounts.google.com/","aud":["a","b"],"iat":1508184845,"jti":"756E","events":{"https://schemas.openid.net/secevent/risc/event-type/account-disabled":{"subject":{"subject_type":"iss-sub","iss":"https://accounts.google.com/","sub":"7375626A656374"},"reason":"hijacking"}}}"#
+        let text =
+            #"{"iss":"https://accounts.google.com/","aud":["a","b"],"iat":1508184845,"jti":"756E","events":{"https://schemas.openid.net/secevent/risc/event-type/account-disabled":{"subject":{"subject_type":"iss-sub","iss":"https://accounts.google.com/","sub":"7375626A656374"},"reason":"hijacking"}}}"#
         let ours = try JSONValue.parse(Array(text.utf8))
         let foundation = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
         #expect(ours == foundation)

@@ -44,7 +44,6 @@ struct SETRejectionTests {
         #expect(T.rejection(parts.joined(separator: "."))?.code == .invalidRequest)
     }
 
-
     @Test("The JWS segment decoder agrees with Foundation's base64 on 20,000 random segments, canonical spelling required", .seeded)
     func segmentDecoderMatchesFoundation() {
         // Mostly the URL-safe alphabet, and now and then a byte outside it (standard alphabet, padding, space, NUL).

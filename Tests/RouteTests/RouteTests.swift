@@ -24,34 +24,73 @@ struct RouteTests {
         struct Events: EventAdministering {
             let failure: (any Error & Sendable)?
             func fail() throws { if let failure { throw failure } }
-            func events(_ filter: EventAdmin.Filter) async throws -> EventPage { try fail(); throw NotInThisFake() }
-            func event(id: Int64) async throws -> EventDetail? { try fail(); return nil }
-            func replay(id: Int64) async throws -> EventAdmin.ReplayOutcome { try fail(); return id == 7 ? .ignored : .notFound }
-            func explain(id: Int64) async throws -> EventExplanation? { try fail(); return nil }
+            func events(_ filter: EventAdmin.Filter) async throws -> EventPage {
+                try fail()
+                throw NotInThisFake()
+            }
+            func event(id: Int64) async throws -> EventDetail? {
+                try fail()
+                return nil
+            }
+            func replay(id: Int64) async throws -> EventAdmin.ReplayOutcome {
+                try fail()
+                return id == 7 ? .ignored : .notFound
+            }
+            func explain(id: Int64) async throws -> EventExplanation? {
+                try fail()
+                return nil
+            }
         }
 
         struct Reports: AdminReporting {
             let failure: (any Error & Sendable)?
             func fail() throws { if let failure { throw failure } }
-            func user(sub: String) async throws -> UserReport? { try fail(); return nil }
-            func stats() async throws -> QueueStats { try fail(); throw NotInThisFake() }
+            func user(sub: String) async throws -> UserReport? {
+                try fail()
+                return nil
+            }
+            func stats() async throws -> QueueStats {
+                try fail()
+                throw NotInThisFake()
+            }
         }
 
         struct Subscribers: SubscriberStoring {
             let failure: (any Error & Sendable)?
             func fail() throws { if let failure { throw failure } }
-            func subscribers() async throws -> [SubscriberRecord] { try fail(); return [] }
-            func add(_ subscriber: NewSubscriber) async throws -> Int64 { try fail(); return 42 }
-            func remove(subscriber id: Int64) async throws -> Bool { try fail(); return false }
-            func rotateSecret(subscriber id: Int64) async throws -> SubscriberStore.SecretRotation? { try fail(); return nil }
+            func subscribers() async throws -> [SubscriberRecord] {
+                try fail()
+                return []
+            }
+            func add(_ subscriber: NewSubscriber) async throws -> Int64 {
+                try fail()
+                return 42
+            }
+            func remove(subscriber id: Int64) async throws -> Bool {
+                try fail()
+                return false
+            }
+            func rotateSecret(subscriber id: Int64) async throws -> SubscriberStore.SecretRotation? {
+                try fail()
+                return nil
+            }
         }
 
         struct Notifications: NotificationAdministering {
             let failure: (any Error & Sendable)?
             func fail() throws { if let failure { throw failure } }
-            func notifications(_ filter: NotificationOutbox.Filter) async throws -> NotificationPage { try fail(); throw NotInThisFake() }
-            func notification(id: Int64) async throws -> NotificationRecord? { try fail(); return nil }
-            func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome { try fail(); return .pending }
+            func notifications(_ filter: NotificationOutbox.Filter) async throws -> NotificationPage {
+                try fail()
+                throw NotInThisFake()
+            }
+            func notification(id: Int64) async throws -> NotificationRecord? {
+                try fail()
+                return nil
+            }
+            func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome {
+                try fail()
+                return .pending
+            }
         }
 
         func addRoutes(to router: Router<AppRequestContext>) {
@@ -207,7 +246,8 @@ struct RouteTests {
             ]
             for (body, error, parameter) in cases {
                 try await client.execute(
-                    uri: "/admin/v1/subscribers", method: .post, headers: [.authorization: "Bearer \(Self.adminToken)", .contentType: "application/json"],
+                    uri: "/admin/v1/subscribers", method: .post,
+                    headers: [.authorization: "Bearer \(Self.adminToken)", .contentType: "application/json"],
                     body: ByteBuffer(string: body)
                 ) { response in
                     #expect(response.status == .badRequest, "\(body)")
@@ -229,7 +269,10 @@ struct RouteTests {
 
     /// Routes that call a store: the admin API's and the session check and sign-out.
     static var storeRoutes: [(HTTPRequest.Method, String, HTTPFields)] {
-        [(.get, "/admin/v1/subscribers", bearer), (.get, "/v1/session", [.authorization: "Bearer s"]), (.delete, "/v1/session", [.authorization: "Bearer s"])]
+        [
+            (.get, "/admin/v1/subscribers", bearer), (.get, "/v1/session", [.authorization: "Bearer s"]),
+            (.delete, "/v1/session", [.authorization: "Bearer s"]),
+        ]
     }
 
     @Test("The database unavailable is 503 unavailable with Retry-After, on the admin API and the session routes alike")
@@ -275,8 +318,10 @@ struct RouteTests {
     @Test("Session checks: no bearer or an unknown session is invalid_session, a revoked one session_revoked")
     func sessions() async throws {
         try await Self.application(sessions: .init(revoked: ["gone"])).test(.router) { client in
-            for (headers, error) in [([:], "invalid_session"), ([.authorization: "Bearer nope"], "invalid_session"),
-                                     ([.authorization: "Bearer gone"], "session_revoked")] as [(HTTPFields, String)] {
+            for (headers, error) in [
+                ([:], "invalid_session"), ([.authorization: "Bearer nope"], "invalid_session"),
+                ([.authorization: "Bearer gone"], "session_revoked"),
+            ] as [(HTTPFields, String)] {
                 try await client.execute(uri: "/v1/session", method: .get, headers: headers) { response in
                     #expect(response.status == .unauthorized && Self.json(response.body)["error"] == .string(error))
                 }
