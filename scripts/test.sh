@@ -103,6 +103,10 @@ fi
 # network faults through a loopback proxy (about 3 minutes); then the run command's checks, and a short run of
 # every other script the README names.
 if [ $# -eq 0 ]; then
+  # The house style, written down in .swift-format (after Hummingbird's); `swift format format --in-place
+  # --recursive Sources Tests Plugins Package.swift` applies it.
+  stage "swift format lint --strict: the code is formatted as .swift-format says"
+  swift format lint --strict --recursive --parallel Sources Tests Plugins Package.swift
   tools_ensure_installed curl:curl ss:iproute2 pgrep:procps
   stage "fault-injection suite (about 2 minutes)"
   RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/fault-suite.sh
