@@ -326,16 +326,16 @@ struct CommandTests {
                 { found = value }
                 return found
             }
-            #expect(try await current.pending(client: client, timeout: .seconds(5), logger: logger) == [])
+            #expect(try await current.pending(client: client, timeout: .seconds(60), logger: logger) == [])
             let sameRelease = changed(release: current.release)
-            #expect(try await sameRelease.pending(client: client, timeout: .seconds(5), logger: logger) == ["routines/risc_lock_user"])
+            #expect(try await sameRelease.pending(client: client, timeout: .seconds(60), logger: logger) == ["routines/risc_lock_user"])
             #expect(try await sameRelease.migrate(client: client, logger: logger) == ["routines/risc_lock_user"])
-            #expect(try await sameRelease.pending(client: client, timeout: .seconds(5), logger: logger) == [])
+            #expect(try await sameRelease.pending(client: client, timeout: .seconds(60), logger: logger) == [])
             // A newer release's routine: the current release's migrate (a host restarted mid-rollout) leaves it.
             let newer = changed(release: "99.0.0")
             #expect(try await newer.migrate(client: client, logger: logger) == ["routines/risc_lock_user"])
             let newerChecksum = try await checksum()
-            #expect(try await current.pending(client: client, timeout: .seconds(5), logger: logger) == [])
+            #expect(try await current.pending(client: client, timeout: .seconds(60), logger: logger) == [])
             #expect(try await current.migrate(client: client, logger: logger) == [])
             #expect(try await checksum() == newerChecksum)
         }
