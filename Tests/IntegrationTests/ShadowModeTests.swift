@@ -97,6 +97,63 @@ struct ShadowModeTests {
         }
     }
 
+    /// What an action decides, it changes: a row another transaction changes while the batch waits for it is read
+    /// again against the deciding condition, so it is neither counted nor changed a second time.
+    @Test("A session revoked by another transaction while a batch waits for its row is neither counted nor revoked again")
+    func rowChangedWhileDeciding() async throws {
+        try await Harness.with { harness in
+            let sub = "decided-\(UUID().uuidString)"
+            _ = try await harness.newSession(sub: sub)
+            _ = try await harness.newSession(sub: sub)
+            let id = try #require(
+                try await harness.database.query(
+                    """
+                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
+                    VALUES ('https://decided.test', \(sub), '{}', \(sub), '[]', '{}', now(), 'done') RETURNING id
+                    """
+                ).collect().first?.decode(Int64.self))
+            let actions: JSONValue = [
+                [
+                    "event": .number(Double(id)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
+                    "client_ids": [],
+                ]
+            ]
+            try await harness.database.withConnection { other in
+                let otherPID = try #require(
+                    try await other.query("SELECT pg_backend_pid()", logger: Harness.logger).collect().first?.decode(Int32.self))
+                try await other.query("BEGIN", logger: Harness.logger)
+                // Revoked by someone else, not yet committed: the batch finds this row locked, and waits.
+                try await other.query(
+                    "UPDATE risc_sessions SET revoked_at = now() WHERE id = (SELECT min(id) FROM risc_sessions WHERE sub = \(sub))",
+                    logger: Harness.logger)
+                let batch = Task {
+                    try await harness.database.query(
+                        "SELECT count(*) FROM risc_apply_actions(\(actions.serialized)::jsonb, NULL, '{}', true)"
+                    ).collect().count
+                }
+                try await eventually("the batch waits for the locked session") {
+                    let waiting = try await harness.database.query(
+                        "SELECT count(*)::int8 FROM pg_stat_activity WHERE \(otherPID) = ANY (pg_blocking_pids(pid))"
+                    ).collect()
+                    return try waiting.first?.decode(Int64.self) ?? 0 > 0
+                }
+                try await other.query("COMMIT", logger: Harness.logger)
+                _ = try await batch.value
+            }
+            let rows = try await harness.database.query(
+                """
+                SELECT (SELECT rows_affected FROM risc_event_actions WHERE event_id = \(id) AND kind = 'revoke_sessions')::int8,
+                       (SELECT count(*) FROM risc_sessions WHERE revoked_by_event = \(id))::int8,
+                       (SELECT count(*) FROM risc_sessions WHERE sub = \(sub) AND revoked_at IS NULL)::int8
+                """
+            ).collect()
+            let (counted, revokedByBatch, live) = try #require(rows.first).decode((Int64?, Int64, Int64).self)
+            #expect(counted == 1, "the batch counted the session another transaction revoked")
+            #expect(revokedByBatch == 1, "the batch revoked the other transaction's session again")
+            #expect(live == 0)
+        }
+    }
+
     static func metrics(_ client: Client) async throws -> [String: Double] {
         var values: [String: Double] = [:]
         for line in try await client.send(.GET, "/metrics").body.split(separator: "\n") where !line.hasPrefix("#") {

@@ -49,11 +49,10 @@ DECLARE
     sessions    bigint[];
     erased      uuid[];
     account     risc_users;
-    -- Enforcing, each deciding query locks the rows it returns as the UPDATE that changes them would (an UPDATE
-    -- that leaves the key alone takes FOR NO KEY UPDATE); a row changed meanwhile is read again and checked
-    -- against the query's condition, as that UPDATE would check it. So every row decided is a row changed, and
-    -- shadow mode, which changes nothing, takes no row lock. The clause is why those queries run by EXECUTE.
-    lock_rows   text := CASE WHEN enforce THEN ' FOR NO KEY UPDATE' ELSE '' END;
+    -- Each deciding query locks the rows it returns as the UPDATE that changes them would (an UPDATE that leaves
+    -- the key alone takes FOR NO KEY UPDATE); a row changed meanwhile is read again and checked against the
+    -- query's condition, as that UPDATE would check it. So every row decided is a row changed. Shadow mode takes
+    -- the same locks, so it waits where enforcing would; and the queries are static, their plans kept.
     -- Staleness is per event and per user: "event:position:sub" of each account-state change that was older
     -- than the account state. Only that event's own actions for that user are affected.
     stale       text[] := '{}';
@@ -114,9 +113,8 @@ BEGIN
             ELSE
                 cutoff := received;
             END IF;
-            EXECUTE 'SELECT ARRAY(SELECT s.id FROM risc_sessions s WHERE s.sub = $1 AND s.revoked_at IS NULL'
-                    ' AND s.created_at <= $2' || lock_rows || ')'
-               INTO sessions USING a.sub, cutoff;
+            sessions := ARRAY(SELECT s.id FROM risc_sessions s
+                               WHERE s.sub = a.sub AND s.revoked_at IS NULL AND s.created_at <= cutoff FOR NO KEY UPDATE);
             affected := cardinality(sessions);
             IF enforce THEN
                 UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id WHERE id = ANY (sessions);
@@ -129,26 +127,28 @@ BEGIN
         WHEN 'delete_grants' THEN
             -- iat counts whole seconds: a grant stored in its second may be one it revoked. Not replaying, every
             -- grant is stored before infinity.
-            EXECUTE 'SELECT ARRAY(SELECT g.id FROM risc_grants g WHERE g.sub = $1 AND g.revoked_at IS NULL'
-                    ' AND g.created_at < $2' || lock_rows || ')'
-               INTO erased USING a.sub, CASE WHEN replaying THEN issued + interval '1 second' ELSE 'infinity' END;
+            erased := ARRAY(SELECT g.id FROM risc_grants g
+                             WHERE g.sub = a.sub AND g.revoked_at IS NULL
+                               AND g.created_at < CASE WHEN replaying THEN issued + interval '1 second' ELSE 'infinity' END
+                             FOR NO KEY UPDATE);
             IF replaying THEN detail := 'replayed from shadow mode: grants stored up to its iat'; END IF;
         -- token-revoked names a token of one of the SET's audiences: grants of other clients are not touched.
         -- An erased grant keeps no identifier, so only live grants match.
         WHEN 'delete_grant_by_prefix' THEN
-            EXECUTE 'SELECT ARRAY(SELECT g.id FROM risc_grants g WHERE g.token_prefix = $1 AND g.client_id = ANY ($2)'
-                    || lock_rows || ')'
-               INTO erased USING a.argument, ARRAY(SELECT jsonb_array_elements_text(a.client_ids));
+            erased := ARRAY(SELECT g.id FROM risc_grants g
+                             WHERE g.token_prefix = a.argument AND g.client_id = ANY (ARRAY(SELECT jsonb_array_elements_text(a.client_ids)))
+                             FOR NO KEY UPDATE);
         WHEN 'delete_grant_by_hash' THEN
-            EXECUTE 'SELECT ARRAY(SELECT g.id FROM risc_grants g WHERE g.token_hash = $1 AND g.client_id = ANY ($2)'
-                    || lock_rows || ')'
-               INTO erased USING a.argument, ARRAY(SELECT jsonb_array_elements_text(a.client_ids));
-        -- The account kinds change the user's one row, inserted if absent, unless it already says so. The row read
-        -- is locked when enforcing: the upsert needs no condition of its own.
+            erased := ARRAY(SELECT g.id FROM risc_grants g
+                             WHERE g.token_hash = a.argument AND g.client_id = ANY (ARRAY(SELECT jsonb_array_elements_text(a.client_ids)))
+                             FOR NO KEY UPDATE);
+        -- The account kinds change the user's one row, inserted if absent, unless it already says so. The row read is
+        -- locked, and an absent one cannot appear: every writer of risc_users holds the user's lock. The upserts
+        -- keep their conditions all the same, so that a writer that one day does not can never undo a newer state.
         -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
         -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
         WHEN 'disable_sign_in', 'enable_sign_in' THEN
-            EXECUTE 'SELECT u.* FROM risc_users u WHERE u.sub = $1' || lock_rows INTO account USING a.sub;
+            SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
             affected := CASE WHEN account.sub IS NULL OR account.sign_in_state_at IS NULL
                                OR (account.sign_in_state_at, coalesce(account.sign_in_state_event, 0),
                                    coalesce(account.sign_in_state_position, 0)) <= (issued, event_id, a.position)
@@ -161,25 +161,29 @@ BEGIN
                 ON CONFLICT (sub) DO UPDATE
                    SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
                        sign_in_state_at = EXCLUDED.sign_in_state_at, sign_in_state_event = EXCLUDED.sign_in_state_event,
-                       sign_in_state_position = EXCLUDED.sign_in_state_position, updated_at = now();
+                       sign_in_state_position = EXCLUDED.sign_in_state_position, updated_at = now()
+                 WHERE u.sign_in_state_at IS NULL
+                    OR (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
+                       <= (EXCLUDED.sign_in_state_at, EXCLUDED.sign_in_state_event, EXCLUDED.sign_in_state_position);
             END IF;
             IF affected = 0 THEN
                 stale := stale || (event_id || ':' || a.position || ':' || a.sub);
                 detail := coalesce(detail || ': ', '') || 'skipped, the account state is newer than the event';
             END IF;
         WHEN 'flag_for_review' THEN
-            EXECUTE 'SELECT u.* FROM risc_users u WHERE u.sub = $1' || lock_rows INTO account USING a.sub;
+            SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
             affected := CASE WHEN account.sub IS NULL OR NOT account.review_required THEN 1 ELSE 0 END;
             IF enforce AND affected > 0 THEN
                 INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
-                ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now();
+                ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
             END IF;
         WHEN 'require_credential_change' THEN
-            EXECUTE 'SELECT u.* FROM risc_users u WHERE u.sub = $1' || lock_rows INTO account USING a.sub;
+            SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
             affected := CASE WHEN account.sub IS NULL OR NOT account.credential_change_required THEN 1 ELSE 0 END;
             IF enforce AND affected > 0 THEN
                 INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
-                ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now();
+                ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
+                 WHERE NOT u.credential_change_required;
             END IF;
         WHEN 'record_verification', 'skip' THEN
             affected := 0;
