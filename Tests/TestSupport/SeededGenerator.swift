@@ -13,7 +13,17 @@ public struct SeededGenerator: RandomNumberGenerator {
     }()
 
     private var state: UInt64
-    public init(seed: UInt64 = Self.seed) { state = seed }
+
+    /// From exactly `seed`: a test that must check the same inputs on every run.
+    public init(seed: UInt64) { state = seed }
+
+    /// From the run's seed mixed with the calling test's name (FNV-1a), so that tests draw different inputs and each
+    /// draws the same ones again under the same RISC_TEST_SEED.
+    public init(test: String = #function) {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in test.utf8 { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        state = Self.seed ^ hash
+    }
 
     public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
