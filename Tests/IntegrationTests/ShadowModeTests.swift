@@ -28,20 +28,11 @@ struct ShadowModeTests {
     @Test("Kind by kind, a shadow action counts the rows the enforcing call then changes, and changes none of them")
     func shadowCountsWhatEnforcingChanges() async throws {
         try await Harness.with { harness in
-            let sub = "shadow-count-\(UUID().uuidString)"
-            _ = try await harness.newSession(sub: sub)
-            _ = try await harness.newSession(sub: sub)
+            let sub = try await Self.userWithTwoSessions(harness, prefix: "shadow-count")
             // Two grants sharing a 16-character prefix: token-revoked by prefix erases both, and is flagged ambiguous.
             let prefix = String(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16))
             for n in 1...2 { _ = try await harness.storeGrant(sub: sub, refreshToken: prefix + "-\(n)-\(UUID().uuidString)") }
-            let jti = "shadow-count-\(UUID().uuidString)"
-            let id = try #require(
-                try await harness.database.query(
-                    """
-                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
-                    VALUES ('https://shadow.test', \(jti), '{}', \(sub), '[]', '{}', now(), 'done') RETURNING id
-                    """
-                ).collect().first?.decode(Int64.self))
+            let id = try await Self.doneEvent(harness, sub: sub)
             let actions: JSONValue = .array(
                 [
                     ("revoke_sessions", sub as String?, nil as String?), ("delete_grant_by_prefix", nil, prefix),
@@ -102,16 +93,8 @@ struct ShadowModeTests {
     @Test("A session revoked by another transaction while a batch waits for its row is neither counted nor revoked again")
     func rowChangedWhileDeciding() async throws {
         try await Harness.with { harness in
-            let sub = "decided-\(UUID().uuidString)"
-            _ = try await harness.newSession(sub: sub)
-            _ = try await harness.newSession(sub: sub)
-            let id = try #require(
-                try await harness.database.query(
-                    """
-                    INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
-                    VALUES ('https://decided.test', \(sub), '{}', \(sub), '[]', '{}', now(), 'done') RETURNING id
-                    """
-                ).collect().first?.decode(Int64.self))
+            let sub = try await Self.userWithTwoSessions(harness, prefix: "decided")
+            let id = try await Self.doneEvent(harness, sub: sub)
             let actions: JSONValue = [
                 [
                     "event": .number(Double(id)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
@@ -152,6 +135,24 @@ struct ShadowModeTests {
             #expect(revokedByBatch == 1, "the batch revoked the other transaction's session again")
             #expect(live == 0)
         }
+    }
+
+    /// A new user with two live sessions; its sub.
+    static func userWithTwoSessions(_ harness: Harness, prefix: String) async throws -> String {
+        let sub = "\(prefix)-\(UUID().uuidString)"
+        for _ in 0..<2 { _ = try await harness.newSession(sub: sub) }
+        return sub
+    }
+
+    /// A stored event about `sub`, already done: the event that actions passed to `risc_apply_actions` name.
+    static func doneEvent(_ harness: Harness, sub: String) async throws -> Int64 {
+        try #require(
+            try await harness.database.query(
+                """
+                INSERT INTO risc_events (issuer, jti, event_types, subject_sub, events, claims, issued_at, status)
+                VALUES ('https://shadow.test', \("event-" + UUID().uuidString), '{}', \(sub), '[]', '{}', now(), 'done') RETURNING id
+                """
+            ).collect().first?.decode(Int64.self))
     }
 
     static func metrics(_ client: Client) async throws -> [String: Double] {
