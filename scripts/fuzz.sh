@@ -2,11 +2,12 @@
 # Coverage-guided fuzzing (libFuzzer) of the RISC core's parsing path: SETs, Google ID tokens, JSON, base64.
 #
 #   scripts/fuzz.sh SECONDS
+#   scripts/fuzz.sh --build-only
 #
 # Builds fuzz/FuzzParsing.swift with the sources of Sources/RISC (swiftc, -O, -sanitize=fuzzer,address;
 # fuzzer only if ASan does not build here) against swift-crypto's Crypto, built by SwiftPM in release mode in
-# .build (beside the debug build, and shared with the benchmarks' release build; the fuzzer itself goes to
-# .build/fuzz). Fuzzes a temporary copy of fuzz/corpus for SECONDS,
+# .build-release (shared with the release build that the benchmarks and the tarball use; the fuzzer itself goes
+# to .build-release/fuzz, and is built again only when a source is newer). Fuzzes a temporary copy of fuzz/corpus for SECONDS,
 # prints exec/s, coverage and the number of crashes, and exits non-zero on any crash; the crash artifacts
 # stay in the temporary directory it prints.
 #
@@ -16,14 +17,15 @@
 #   FUZZ_ARGS="..."     extra libFuzzer flags
 set -euo pipefail
 
-if [[ $# -ne 1 || ! $1 =~ ^[0-9]+$ || $1 -lt 1 ]]; then
-    echo "usage: $0 SECONDS" >&2
+if [[ $# -ne 1 ]] || [[ $1 != --build-only && ( ! $1 =~ ^[0-9]+$ || $1 -lt 1 ) ]]; then
+    echo "usage: $0 SECONDS | --build-only" >&2
     exit 2
 fi
 duration=$1
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-scratch=.build
+. scripts/lib/release-build.sh
+scratch=$release_scratch
 out=$scratch/fuzz
 mkdir -p "$out"
 
@@ -56,18 +58,30 @@ build() {  # build SANITIZERS: the RISC module, then the fuzzer binary
             -I "$out" -I "$release/Modules" fuzz/FuzzParsing.swift "$out/RISC.o" "${crypto_objects[@]}" \
             -lstdc++ -o "$out/fuzz-parsing"
 }
-echo "==> building the fuzzer (swiftc -O -sanitize=fuzzer,address, ${#risc_sources[@]} RISC sources)"
-sanitizers=fuzzer,address
-if ! build "$sanitizers" >"$out/fuzzer-build.log" 2>&1; then
-    echo "    ASan build failed (log: $out/fuzzer-build.log); retrying with -sanitize=fuzzer only"
-    sanitizers=fuzzer
-    build "$sanitizers" >"$out/fuzzer-build.log" 2>&1 || {
-        tail -40 "$out/fuzzer-build.log" >&2
-        echo "error: building the fuzzer failed (log: $out/fuzzer-build.log)" >&2
-        exit 1
-    }
-fi
 binary=$out/fuzz-parsing
+# swiftc alone does not know what changed: the fuzzer is built again when any of its inputs is newer than it.
+newer_inputs=$( [[ -x $binary && -s $out/sanitizers ]] &&
+    find "${risc_sources[@]}" fuzz/FuzzParsing.swift scripts/fuzz.sh "${crypto_objects[@]}" -newer "$binary" | head -1 ||
+    echo "no fuzzer yet")
+if [[ -z $newer_inputs ]]; then
+    sanitizers=$(cat "$out/sanitizers")
+    echo "==> the fuzzer is up to date ($binary, -sanitize=$sanitizers)"
+else
+    echo "==> building the fuzzer (swiftc -O -sanitize=fuzzer,address, ${#risc_sources[@]} RISC sources)"
+    rm -f "$out/sanitizers"
+    sanitizers=fuzzer,address
+    if ! build "$sanitizers" >"$out/fuzzer-build.log" 2>&1; then
+        echo "    ASan build failed (log: $out/fuzzer-build.log); retrying with -sanitize=fuzzer only"
+        sanitizers=fuzzer
+        build "$sanitizers" >"$out/fuzzer-build.log" 2>&1 || {
+            tail -40 "$out/fuzzer-build.log" >&2
+            echo "error: building the fuzzer failed (log: $out/fuzzer-build.log)" >&2
+            exit 1
+        }
+    fi
+    echo "$sanitizers" >"$out/sanitizers"
+fi
+[[ $duration != --build-only ]] || exit 0
 
 work=${FUZZ_WORKDIR:-$(mktemp -d "${TMPDIR:-/tmp}/risc-fuzz.XXXXXX")}
 mkdir -p "$work/corpus" "$work/artifacts"

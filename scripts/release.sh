@@ -6,7 +6,7 @@
 #   share/completions/         bash, zsh and fish completion scripts
 #   LICENSE, README.md, CHANGELOG.md, docs/, deploy/
 # It then checks what it built: the binary links no Swift library, and `--version` names this version and commit.
-# The benchmarks run this same build (.build/release), so neither compiles the other's code again.
+# The benchmarks run this same build (.build-release), so neither compiles the other's code again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/release-build.sh

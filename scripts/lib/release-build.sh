@@ -1,11 +1,15 @@
 # The release build (sourced): Swift's runtime linked in, the commit it was built from named in --version.
 # The release tarball and the benchmarks share it, so a benchmark measures the binary that ships.
+# It has a scratch folder of its own, .build-release: SwiftPM locks a scratch folder for the length of a build, and
+# scripts/test.sh builds this one beside the debug build and the tests that run from .build.
 # Sets release_bin.
+release_scratch=.build-release
 release_build() {
-  swift build -c release --static-swift-stdlib --product risc-receiver >/dev/null 2>&1 || {
-    swift build -c release --static-swift-stdlib --product risc-receiver 2>&1 | tail -40 >&2
-    echo "error: the release build failed (swift build -c release --static-swift-stdlib)" >&2
+  local build=(swift build --scratch-path "$release_scratch" -c release --static-swift-stdlib)
+  "${build[@]}" --product risc-receiver >/dev/null 2>&1 || {
+    "${build[@]}" --product risc-receiver 2>&1 | tail -40 >&2
+    echo "error: the release build failed (${build[*]})" >&2
     return 1
   }
-  release_bin=$(swift build -c release --static-swift-stdlib --show-bin-path)/risc-receiver
+  release_bin=$("${build[@]}" --show-bin-path)/risc-receiver
 }
