@@ -26,6 +26,46 @@ stage() {
 
 stage "PostgreSQL 15 (apt: postgresql), unless installed"
 pg_ensure_installed
+# SwiftPM orders a package's trait flags as a Set iterates, which differs from one process to the next unless
+# hashing is deterministic: swift-protobuf (two default traits, through swift-otel) was then recompiled by
+# every other build plan. Set for SwiftPM here, so that its plans agree and the check below holds.
+export SWIFT_DETERMINISTIC_HASHING=1
+work=$(mktemp -d /tmp/risc-test.XXXXXX)
+chmod 755 "$work"
+main_port=$(pg_free_port)
+outage_port=$(pg_free_port)
+release_pid=
+stop_tree() {
+  local child
+  for child in $(pgrep -P "$1"); do stop_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+cleanup() {
+  # The compilers SwiftPM starts are in process groups of their own: stop the background build's whole tree.
+  if [ -n "$release_pid" ]; then stop_tree "$release_pid"; fi
+  pg_stop "$work/main"
+  pg_stop "$work/outage"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+# A signal ends the run through the EXIT trap too, so nothing it started is left running.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# The complete run needs a release build too (the fuzzer, the benchmarks, the tarball). It compiles in the
+# background from here on, in .build-release, under the idle scheduling class (`chrt --idle`, which the compilers
+# SwiftPM starts inherit; they reset `nice`) and idle disk priority: it takes only what the debug build and the
+# tests leave idle, so their time bounds see the machine as before, and the later stages find it built. Its output
+# goes to a log that is printed if it fails.
+if ! $quick && [ $# -eq 0 ]; then
+  tools_ensure_installed pgrep:procps
+  release_log=$work/release-build.log
+  lowest=(chrt --idle 0)
+  if command -v ionice >/dev/null; then lowest+=(ionice -c 3); fi
+  "${lowest[@]}" bash -c '. scripts/lib/release-build.sh && release_build && scripts/fuzz.sh --build-only' \
+    >"$release_log" 2>&1 &
+  release_pid=$!
+  echo "    (the release build and the fuzzer compile in the background: $release_log)"
+fi
 # Validators from PyPI: kubernetes-validate (it ships the schemas) for deploy/, openapi-spec-validator and
 # jsonschema for the admin API's OpenAPI document and live responses, standardwebhooks to check a notification's
 # signature as an app would, opentelemetry-proto to decode the spans the service exports (scripts/otlp-receiver.py).
@@ -41,18 +81,6 @@ if ! "$venv/bin/python3" -c 'import kubernetes_validate, yaml, openapi_spec_vali
     kubernetes-validate pyyaml openapi-spec-validator jsonschema standardwebhooks opentelemetry-proto
 fi
 export PATH="$venv/bin:$PATH"
-work=$(mktemp -d /tmp/risc-test.XXXXXX)
-chmod 755 "$work"
-main_port=$(pg_free_port)
-outage_port=$(pg_free_port)
-release_pid=
-cleanup() {
-  if [ -n "$release_pid" ]; then kill -- "-$release_pid" 2>/dev/null || true; fi
-  pg_stop "$work/main"
-  pg_stop "$work/outage"
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 pg_start "$work/main" "$main_port"
 pg_start "$work/outage" "$outage_port"
@@ -67,26 +95,6 @@ export RISC_TEST_OUTAGE_STOP="$(declare -f pg_bin pg_as_owner pg_stop); pg_stop 
 export RISC_TEST_PG_BIN="$(pg_bin)"
 export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_start '$work/outage' $outage_port"
 
-# SwiftPM orders a package's trait flags as a Set iterates, which differs from one process to the next unless
-# hashing is deterministic: swift-protobuf (two default traits, through swift-otel) was then recompiled by
-# every other build plan. Set for SwiftPM here, so that its plans agree and the check below holds.
-export SWIFT_DETERMINISTIC_HASHING=1
-# The complete run needs a release build too (the fuzzer, the benchmarks, the tarball). It compiles in the
-# background from here on, in .build-release, at the lowest CPU and disk priority: it takes only what the debug
-# build and the tests leave idle, so their time bounds see the machine as before, and the later stages find it
-# built. Its output goes to a log that is printed if it fails.
-if ! $quick && [ $# -eq 0 ]; then
-  release_log=$work/release-build.log
-  # set -m: its own process group, so that cleanup stops the compilers with it.
-  set -m
-  lowest=(nice -n 19)
-  if command -v ionice >/dev/null; then lowest+=(ionice -c 3); fi
-  "${lowest[@]}" bash -c '. scripts/lib/release-build.sh && release_build && scripts/fuzz.sh --build-only' \
-    >"$release_log" 2>&1 &
-  release_pid=$!
-  set +m
-  echo "    (the release build and the fuzzer compile in the background: $release_log)"
-fi
 stage "swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
 swift build --build-tests
 # Suites that load the machine themselves run after the rest, on their own: a flood of idle connections, 1,500
