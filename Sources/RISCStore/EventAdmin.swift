@@ -125,13 +125,8 @@ public struct EventAdmin: BoundedStore {
     /// The ids of every dead event, oldest first (for `events replay --dead`).
     public func deadEventIDs() async throws -> [Int64] {
         try await bounded { connection in
-            var ids: [Int64] = []
-            for try await id in try await connection.query(
-                "SELECT id FROM risc_events WHERE status = \(EventStatus.dead) ORDER BY id", logger: logger
-            ).decode(Int64.self) {
-                ids.append(id)
-            }
-            return ids
+            try await connection.values(
+                "SELECT id FROM risc_events WHERE status = \(EventStatus.dead) ORDER BY id", as: Int64.self, logger: logger)
         }
     }
 
@@ -194,8 +189,7 @@ public struct EventAdmin: BoundedStore {
         while true {
             let after = replayed.last ?? 0
             let page = try await bounded { connection in
-                var ids: [Int64] = []
-                for try await id in try await connection.query(
+                let ids = try await connection.values(
                     """
                     WITH page AS (
                         SELECT id FROM risc_events
@@ -206,10 +200,7 @@ public struct EventAdmin: BoundedStore {
                     SET status = \(EventStatus.pending), attempts = 0, run_after = now(), last_error = NULL, completed_at = NULL
                     FROM page WHERE e.id = page.id
                     RETURNING e.id
-                    """, logger: logger
-                ).decode(Int64.self) {
-                    ids.append(id)
-                }
+                    """, as: Int64.self, logger: logger)
                 if !ids.isEmpty { try await connection.query("SELECT pg_notify(\(EventQueue.channel), '')", logger: logger) }
                 return ids.sorted()
             }

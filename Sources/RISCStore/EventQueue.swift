@@ -246,14 +246,11 @@ public struct EventQueue: BoundedStore {
 
     private func runnableIDs(limit: Int) async throws -> [Int64] {
         try await bounded { connection in
-            var ids: [Int64] = []
-            let rows = try await connection.query(
+            try await connection.values(
                 """
                 SELECT id FROM risc_events WHERE status = ANY(\(EventStatus.waiting)) AND run_after <= now()
                 ORDER BY run_after, id LIMIT \(limit)
-                """, logger: logger)
-            for try await id in rows.decode(Int64.self) { ids.append(id) }
-            return ids
+                """, as: Int64.self, logger: logger)
         }
     }
 }

@@ -110,13 +110,9 @@ public struct NotificationOutbox: BoundedStore {
     /// The ids of every dead notification, oldest first (for `notifications replay --dead`).
     public func deadIDs() async throws -> [Int64] {
         try await bounded { connection in
-            var ids: [Int64] = []
-            for try await id in try await connection.query(
-                "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", logger: logger
-            ).decode(Int64.self) {
-                ids.append(id)
-            }
-            return ids
+            try await connection.values(
+                "SELECT id FROM risc_notifications WHERE status = \(NotificationStatus.dead) ORDER BY id", as: Int64.self,
+                logger: logger)
         }
     }
 

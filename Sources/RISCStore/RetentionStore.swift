@@ -38,16 +38,14 @@ public struct RetentionStore: Sendable {
     /// One batch of old events: their actions, then the events. Returns how many events went.
     public func deleteEventBatch() async throws -> Int {
         try await withRetentionLock { connection in
-            var ids: [Int64] = []
             // The BRIN index on received_at keeps this to the old part of the table.
-            let rows = try await connection.query(
+            let ids = try await connection.values(
                 """
                 SELECT id FROM risc_events
                 WHERE received_at < now() - make_interval(days => \(days)::int4) AND status = ANY(\(EventStatus.finished))
                   AND NOT shadow
                 LIMIT \(batchSize) FOR UPDATE SKIP LOCKED
-                """, logger: logger)
-            for try await id in rows.decode(Int64.self) { ids.append(id) }
+                """, as: Int64.self, logger: logger)
             guard !ids.isEmpty else { return 0 }
             try await connection.query("DELETE FROM risc_event_actions WHERE event_id = ANY(\(ids))", logger: logger)
             try await connection.query("DELETE FROM risc_events WHERE id = ANY(\(ids))", logger: logger)

@@ -27,3 +27,12 @@ extension PostgresConnection {
         }
     }
 }
+
+extension PostgresConnection {
+    /// Every row of a one-column query, decoded, in the order the query gives them.
+    func values<Value: PostgresDecodable & Sendable>(_ query: PostgresQuery, as type: Value.Type, logger: Logger) async throws -> [Value] {
+        var values: [Value] = []
+        for try await value in try await self.query(query, logger: logger).decode(Value.self) { values.append(value) }
+        return values
+    }
+}

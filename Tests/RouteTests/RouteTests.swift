@@ -21,76 +21,33 @@ struct RouteTests {
         struct NotInThisFake: Error {}
         var failure: (any Error & Sendable)?
 
-        struct Events: EventAdministering {
+        struct Events: EventAdministering, FailingFake {
             let failure: (any Error & Sendable)?
-            func fail() throws { if let failure { throw failure } }
-            func events(_ filter: EventAdmin.Filter) async throws -> EventPage {
-                try fail()
-                throw NotInThisFake()
-            }
-            func event(id: Int64) async throws -> EventDetail? {
-                try fail()
-                return nil
-            }
-            func replay(id: Int64) async throws -> EventAdmin.ReplayOutcome {
-                try fail()
-                return id == 7 ? .ignored : .notFound
-            }
-            func explain(id: Int64) async throws -> EventExplanation? {
-                try fail()
-                return nil
-            }
+            func events(_ filter: EventAdmin.Filter) async throws -> EventPage { try unanswered() }
+            func event(id: Int64) async throws -> EventDetail? { try answer(nil) }
+            func replay(id: Int64) async throws -> EventAdmin.ReplayOutcome { try answer(id == 7 ? .ignored : .notFound) }
+            func explain(id: Int64) async throws -> EventExplanation? { try answer(nil) }
         }
 
-        struct Reports: AdminReporting {
+        struct Reports: AdminReporting, FailingFake {
             let failure: (any Error & Sendable)?
-            func fail() throws { if let failure { throw failure } }
-            func user(sub: String) async throws -> UserReport? {
-                try fail()
-                return nil
-            }
-            func stats() async throws -> QueueStats {
-                try fail()
-                throw NotInThisFake()
-            }
+            func user(sub: String) async throws -> UserReport? { try answer(nil) }
+            func stats() async throws -> QueueStats { try unanswered() }
         }
 
-        struct Subscribers: SubscriberStoring {
+        struct Subscribers: SubscriberStoring, FailingFake {
             let failure: (any Error & Sendable)?
-            func fail() throws { if let failure { throw failure } }
-            func subscribers() async throws -> [SubscriberRecord] {
-                try fail()
-                return []
-            }
-            func add(_ subscriber: NewSubscriber) async throws -> Int64 {
-                try fail()
-                return 42
-            }
-            func remove(subscriber id: Int64) async throws -> Bool {
-                try fail()
-                return false
-            }
-            func rotateSecret(subscriber id: Int64) async throws -> SubscriberStore.SecretRotation? {
-                try fail()
-                return nil
-            }
+            func subscribers() async throws -> [SubscriberRecord] { try answer([]) }
+            func add(_ subscriber: NewSubscriber) async throws -> Int64 { try answer(42) }
+            func remove(subscriber id: Int64) async throws -> Bool { try answer(false) }
+            func rotateSecret(subscriber id: Int64) async throws -> SubscriberStore.SecretRotation? { try answer(nil) }
         }
 
-        struct Notifications: NotificationAdministering {
+        struct Notifications: NotificationAdministering, FailingFake {
             let failure: (any Error & Sendable)?
-            func fail() throws { if let failure { throw failure } }
-            func notifications(_ filter: NotificationOutbox.Filter) async throws -> NotificationPage {
-                try fail()
-                throw NotInThisFake()
-            }
-            func notification(id: Int64) async throws -> NotificationRecord? {
-                try fail()
-                return nil
-            }
-            func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome {
-                try fail()
-                return .pending
-            }
+            func notifications(_ filter: NotificationOutbox.Filter) async throws -> NotificationPage { try unanswered() }
+            func notification(id: Int64) async throws -> NotificationRecord? { try answer(nil) }
+            func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome { try answer(.pending) }
         }
 
         func addRoutes(to router: Router<AppRequestContext>) {
@@ -101,22 +58,17 @@ struct RouteTests {
     }
 
     /// No session is known; or every call throws `failure`.
-    struct FakeSessions: SessionStoring {
+    struct FakeSessions: SessionStoring, FailingFake {
         var failure: (any Error & Sendable)?
         var revoked: Set<String> = []
 
         func signIn(_ profile: GoogleIDToken.Profile, issuedAt: Date) async throws -> SessionStore.SignInOutcome {
-            if let failure { throw failure }
-            return .signInDisabled
+            try answer(.signInDisabled)
         }
         func lookup(token: String) async throws -> SessionStore.Lookup {
-            if let failure { throw failure }
-            return revoked.contains(token) ? .revoked : .invalid
+            try answer(revoked.contains(token) ? .revoked : .invalid)
         }
-        func end(token: String) async throws -> Bool {
-            if let failure { throw failure }
-            return false
-        }
+        func end(token: String) async throws -> Bool { try answer(false) }
     }
 
     /// Counts what reaches it: a refused SET must not.
@@ -378,5 +330,24 @@ struct RouteTests {
             }
         }
         #expect(inbox.stored.withLock { $0 } == 0)
+    }
+}
+
+/// A fake store whose every call throws `failure` when the test set one.
+protocol FailingFake {
+    var failure: (any Error & Sendable)? { get }
+}
+
+extension FailingFake {
+    /// The fake's answer, unless it is to fail.
+    func answer<Value>(_ value: Value) throws -> Value {
+        if let failure { throw failure }
+        return value
+    }
+
+    /// For a call the fake has no answer to: its failure, or `NotInThisFake`.
+    func unanswered<Value>() throws -> Value {
+        if let failure { throw failure }
+        throw RouteTests.FakeAdminStore.NotInThisFake()
     }
 }
