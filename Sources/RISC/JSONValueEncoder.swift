@@ -1,9 +1,11 @@
 import Foundation
 
 /// Encodes any `Encodable` into a `JSONValue`, so typed responses go out through the one serializer
-/// (sorted keys, RFC 3339 timestamps) rather than `JSONEncoder`. Three choices differ from `JSONEncoder`'s:
+/// (sorted keys, RFC 3339 timestamps) rather than `JSONEncoder`. Four choices differ from `JSONEncoder`'s:
 /// a nil optional is written as `null`, never left out, so every field of a response is always present;
-/// a `Date` is an RFC 3339 timestamp; a `JSONValue` goes in as it is, so `.verbatim` claims stay verbatim.
+/// a `Date` is an RFC 3339 timestamp; a `JSONValue` goes in as it is, so `.verbatim` claims stay verbatim;
+/// and a property's name is written in snake_case (`nextCursor` is `next_cursor`, `webhookID` is `webhook_id`),
+/// the style of every name in the admin API, while a dictionary's keys are written as they are.
 public struct JSONValueEncoder: Sendable {
     public init() {}
 
@@ -31,21 +33,23 @@ private final class Node {
         switch value {
         case let json as JSONValue: scalar = json
         case let date as Date: scalar = .timestamp(date)
-        default: try value.encode(to: NodeEncoder(node: self, codingPath: codingPath))
+        default:
+            let names: MemberNames = value is any KeysAsGiven ? .asGiven : .snakeCase
+            try value.encode(to: NodeEncoder(node: self, codingPath: codingPath, names: names))
         }
     }
 
-    /// A new value at `key`, replacing any before it.
-    func member(_ key: some CodingKey) -> Node {
+    /// A new value at `name`, replacing any before it.
+    func member(_ name: String) -> Node {
         let child = Node()
         if members == nil { members = [:] }
-        members?[key.stringValue] = child
+        members?[name] = child
         return child
     }
 
-    /// The container at `key`, made if absent: an encoder may add members to an object written earlier.
-    func container(at key: some CodingKey) -> Node {
-        members?[key.stringValue] ?? member(key)
+    /// The container at `name`, made if absent: an encoder may add members to an object written earlier.
+    func container(at name: String) -> Node {
+        members?[name] ?? member(name)
     }
 
     func appendElement() -> Node {
@@ -56,14 +60,50 @@ private final class Node {
     }
 }
 
+/// A dictionary's keys are data (statuses, event types, subjects), not property names.
+private protocol KeysAsGiven {}
+extension Dictionary: KeysAsGiven {}
+
+/// How a keyed container writes its keys.
+private enum MemberNames {
+    case snakeCase
+    case asGiven
+
+    func name(of key: some CodingKey) -> String {
+        switch self {
+        case .asGiven: key.stringValue
+        case .snakeCase: Self.snakeCased(key.stringValue)
+        }
+    }
+
+    /// `nextCursor` → `next_cursor`, `webhookID` → `webhook_id`, `URLPolicy` → `url_policy`: a word starts at an
+    /// upper-case letter after a lower-case letter or digit, and at the last capital of a run followed by lower case.
+    static func snakeCased(_ name: String) -> String {
+        let characters = Array(name)
+        var result = ""
+        for (index, character) in characters.enumerated() {
+            if character.isUppercase, index > 0 {
+                let previous = characters[index - 1]
+                let nextIsLowercase = index + 1 < characters.count && characters[index + 1].isLowercase
+                if previous.isLowercase || previous.isNumber || (previous.isUppercase && nextIsLowercase) {
+                    result.append("_")
+                }
+            }
+            result += character.lowercased()
+        }
+        return result
+    }
+}
+
 private struct NodeEncoder: Encoder {
     let node: Node
     let codingPath: [any CodingKey]
+    var names = MemberNames.snakeCase
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
         if node.members == nil { node.members = [:] }
-        return KeyedEncodingContainer(KeyedNodeContainer<Key>(node: node, codingPath: codingPath))
+        return KeyedEncodingContainer(KeyedNodeContainer<Key>(node: node, codingPath: codingPath, names: names))
     }
 
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
@@ -77,24 +117,27 @@ private struct NodeEncoder: Encoder {
 private struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let node: Node
     let codingPath: [any CodingKey]
+    let names: MemberNames
 
-    mutating func encodeNil(forKey key: Key) throws { node.member(key).scalar = .null }
-    mutating func encode(_ value: Bool, forKey key: Key) throws { node.member(key).scalar = .bool(value) }
-    mutating func encode(_ value: String, forKey key: Key) throws { node.member(key).scalar = .string(value) }
-    mutating func encode(_ value: Double, forKey key: Key) throws { node.member(key).scalar = .number(value) }
-    mutating func encode(_ value: Float, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: Int, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: Int8, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: Int16, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: Int32, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: Int64, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: UInt, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: UInt8, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: UInt16, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: UInt32, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
-    mutating func encode(_ value: UInt64, forKey key: Key) throws { node.member(key).scalar = .number(Double(value)) }
+    private func member(_ key: Key) -> Node { node.member(names.name(of: key)) }
+
+    mutating func encodeNil(forKey key: Key) throws { member(key).scalar = .null }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { member(key).scalar = .bool(value) }
+    mutating func encode(_ value: String, forKey key: Key) throws { member(key).scalar = .string(value) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { member(key).scalar = .number(value) }
+    mutating func encode(_ value: Float, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: Int, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: Int8, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: Int16, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: Int32, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: Int64, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: UInt, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: UInt8, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: UInt16, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: UInt32, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
+    mutating func encode(_ value: UInt64, forKey key: Key) throws { member(key).scalar = .number(Double(value)) }
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-        try node.member(key).store(value, codingPath: codingPath + [key])
+        try member(key).store(value, codingPath: codingPath + [key])
     }
 
     // A synthesized `Encodable` calls these for optional properties; the defaults would leave a nil out.
@@ -123,16 +166,16 @@ private struct KeyedNodeContainer<Key: CodingKey>: KeyedEncodingContainerProtoco
     )
         -> KeyedEncodingContainer<NestedKey>
     {
-        NodeEncoder(node: node.container(at: key), codingPath: codingPath + [key]).container(keyedBy: keyType)
+        NodeEncoder(node: node.container(at: names.name(of: key)), codingPath: codingPath + [key]).container(keyedBy: keyType)
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
-        NodeEncoder(node: node.container(at: key), codingPath: codingPath + [key]).unkeyedContainer()
+        NodeEncoder(node: node.container(at: names.name(of: key)), codingPath: codingPath + [key]).unkeyedContainer()
     }
 
-    mutating func superEncoder() -> any Encoder { NodeEncoder(node: node.container(at: NamedKey("super")), codingPath: codingPath) }
+    mutating func superEncoder() -> any Encoder { NodeEncoder(node: node.container(at: "super"), codingPath: codingPath) }
     mutating func superEncoder(forKey key: Key) -> any Encoder {
-        NodeEncoder(node: node.container(at: key), codingPath: codingPath + [key])
+        NodeEncoder(node: node.container(at: names.name(of: key)), codingPath: codingPath + [key])
     }
 }
 

@@ -40,11 +40,6 @@ struct AdminSubscriberRoutes<Context: RequestContext, Store: SubscriberStoring>:
         var id: Int64
         var secret: String
         var previousSecretKept: Bool
-
-        enum CodingKeys: String, CodingKey {
-            case id, secret
-            case previousSecretKept = "previous_secret_kept"
-        }
     }
 
     func addSubscriber(_ request: Request, context: Context) async throws -> Response {

@@ -2,9 +2,9 @@ import Foundation
 import RISC
 
 // What the admin API answers and `--json` prints, as named `Encodable` values. Both edges encode them with
-// `JSONValueEncoder`, so an absent field is `null` and a time is RFC 3339; the CLI's tables read the fields. Each
-// record's stored properties are its JSON, one member each (synthesized `Encodable`): a field the JSON shows is
-// computed once, when the record is made.
+// `JSONValueEncoder`, so an absent field is `null`, a time is RFC 3339 and a name is the property's in snake_case
+// (`receivedAt` is `received_at`); the CLI's tables read the fields. Each record's stored properties are its JSON, one
+// member each (synthesized `Encodable`): a field the JSON shows is computed once, when the record is made.
 
 /// One row of an event listing.
 public struct EventSummary: Sendable, Equatable, Encodable {
@@ -33,26 +33,12 @@ public struct EventSummary: Sendable, Equatable, Encodable {
         (self.type, typeName) = (type, EventType(rawValue: type)?.shortName ?? "unknown")
         (self.attempts, self.receivedAt, self.completedAt, self.shadow) = (Int(attempts), receivedAt, completedAt, shadow)
     }
-
-    enum CodingKeys: String, CodingKey {
-        case id, jti, type
-        case typeName = "type_name"
-        case sub, status, attempts
-        case receivedAt = "received_at"
-        case completedAt = "completed_at"
-        case shadow
-    }
 }
 
 /// A page of events, newest first, and the cursor of the next page (nil on the last).
 public struct EventPage: Sendable, Equatable, Encodable {
     public var events: [EventSummary]
     public var nextCursor: String?
-
-    enum CodingKeys: String, CodingKey {
-        case events
-        case nextCursor = "next_cursor"
-    }
 }
 
 /// One action an event took, as `risc_apply_actions` recorded it.
@@ -64,13 +50,6 @@ public struct RecordedAction: Sendable, Equatable, Encodable {
     public var appliedAt: Date
     /// Recorded in shadow mode: `rowsAffected` rows would have changed, and none did.
     public var shadow: Bool
-
-    enum CodingKeys: String, CodingKey {
-        case kind, sub, detail
-        case rowsAffected = "rows_affected"
-        case appliedAt = "applied_at"
-        case shadow
-    }
 }
 
 /// What applying an event again would do now (`events explain`): each action, with the rows it would change.
@@ -80,19 +59,12 @@ public struct EventExplanation: Sendable, Equatable, Encodable {
         public var sub: String?
         public var detail: String?
         public var rowsAffected: Int
-
-        enum CodingKeys: String, CodingKey {
-            case kind, sub, detail
-            case rowsAffected = "rows_affected"
-        }
     }
 
     public var id: Int64
     /// Whether a replay now would change these rows (`enforce`) or record them as shadow actions (`shadow`).
     public var mode: EnforcementMode
     public var actions: [Action]
-
-    enum CodingKeys: String, CodingKey { case id, mode, actions }
 }
 
 /// RISC_ENFORCE, as the admin API and the CLI name it: it encodes as its raw value.
@@ -156,16 +128,6 @@ public struct EventParticulars: Sendable, Equatable, Encodable {
         decodedEvents = events.map { $0.map(\.jsonValue) }
         self.actions = actions
     }
-
-    enum CodingKeys: String, CodingKey {
-        case types, issuer
-        case issuedAt = "issued_at"
-        case runAfter = "run_after"
-        case lastError = "last_error"
-        case claims
-        case decodedEvents = "decoded_events"
-        case actions
-    }
 }
 
 /// Everything about one user: account state, flags, session and grant counts, recent events.
@@ -182,17 +144,6 @@ public struct UserReport: Sendable, Equatable, Encodable {
         public var signInStateAt: Date?
         public var firstSeenAt: Date
         public var lastSignInAt: Date?
-
-        enum CodingKeys: String, CodingKey {
-            case email
-            case emailVerified = "email_verified"
-            case name, hd
-            case signInDisabled = "sign_in_disabled"
-            case disabledReason = "disabled_reason"
-            case signInStateAt = "sign_in_state_at"
-            case firstSeenAt = "first_seen_at"
-            case lastSignInAt = "last_sign_in_at"
-        }
     }
 
     public struct Counts: Sendable, Equatable, Encodable {
@@ -207,11 +158,6 @@ public struct UserReport: Sendable, Equatable, Encodable {
     public var sessions: Counts
     public var grants: Counts
     public var recentEvents: [EventSummary]
-
-    enum CodingKeys: String, CodingKey {
-        case sub, account, flags, sessions, grants
-        case recentEvents = "recent_events"
-    }
 }
 
 /// Events waiting for a worker (`EventStatus.waiting`), and how long the oldest has waited.
@@ -245,14 +191,5 @@ public struct QueueStats: Sendable, Equatable, Encodable {
         (queueDepth, oldestPendingAgeSeconds) = (backlog.depth, backlog.oldestAgeSeconds)
         dead = self.byStatus[.dead] ?? 0
         (self.mode, self.shadowEvents) = (mode, shadowEvents)
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case byStatus = "by_status"
-        case byType = "by_type"
-        case queueDepth = "queue_depth"
-        case oldestPendingAgeSeconds = "oldest_pending_age_seconds"
-        case dead, mode
-        case shadowEvents = "shadow_events"
     }
 }

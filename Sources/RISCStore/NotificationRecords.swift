@@ -20,12 +20,6 @@ public struct SubscriberRecord: Sendable, Equatable, Encodable {
     /// Why its deliveries are paused, or nil: its secret cannot be opened with the vault keys configured here. Its
     /// notifications wait, their attempts uncounted, until the right key is configured or the secret rotated.
     public var paused: String? = nil
-
-    enum CodingKeys: String, CodingKey {
-        case id, url, actions, configured
-        case createdAt = "created_at"
-        case pending, dead, paused
-    }
 }
 
 /// Every subscriber, as the admin API and `subscribers list --json` show them.
@@ -76,17 +70,12 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
         (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)
     }
 
+    /// `subscriber` is the subscriber's id; the encoder writes the other names in snake_case.
     enum CodingKeys: String, CodingKey {
-        case id
-        case webhookID = "webhook_id"
+        case id, webhookID
         case subscriberID = "subscriber"
-        case body
-        case actionID = "action_id"
-        case status, attempts
-        case nextAttemptAt = "next_attempt_at"
-        case lastAttemptAt = "last_attempt_at"
-        case lastError = "last_error"
-        case deliveredAt = "delivered_at"
+        case body, actionID, status, attempts, nextAttemptAt, lastAttemptAt
+        case lastError, deliveredAt
     }
 }
 
@@ -94,9 +83,4 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
 public struct NotificationPage: Sendable, Equatable, Encodable {
     public var notifications: [NotificationRecord]
     public var nextCursor: String?
-
-    enum CodingKeys: String, CodingKey {
-        case notifications
-        case nextCursor = "next_cursor"
-    }
 }

@@ -63,4 +63,23 @@ struct JSONValueEncoderTests {
                 "nested": ["count": .number(3), "note": .null, "added": .bool(true)],
             ])
     }
+
+    struct Names: Encodable {
+        var nextCursor = 1
+        var webhookID = 2
+        var urlPolicy = 3
+        var sha256Digest = 4
+        var already_snake = 5
+        var byType = ["sessions-revoked": 6, "camelCaseKey": 7]
+    }
+
+    @Test("Property names are written in snake_case; a dictionary's keys as they are")
+    func names() throws {
+        let json = try JSONValueEncoder().encode(Names())
+        #expect(
+            json == [
+                "next_cursor": 1, "webhook_id": 2, "url_policy": 3, "sha256_digest": 4, "already_snake": 5,
+                "by_type": ["sessions-revoked": 6, "camelCaseKey": 7],
+            ])
+    }
 }
