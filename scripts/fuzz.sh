@@ -29,13 +29,18 @@ scratch=$release_scratch
 out=$scratch/fuzz
 mkdir -p "$out"
 
-echo "==> building swift-crypto's Crypto (swift build --scratch-path $scratch -c release --static-swift-stdlib --target Crypto)"
-swift build --scratch-path "$scratch" -c release --static-swift-stdlib --target Crypto >"$out/crypto-build.log" 2>&1 || {
-    tail -40 "$out/crypto-build.log" >&2
-    echo "error: building Crypto failed (log: $out/crypto-build.log)" >&2
-    exit 1
-}
-release=$(swift build --scratch-path "$scratch" -c release --static-swift-stdlib --show-bin-path)
+# scripts/test.sh has built the release configuration already (RISC_RELEASE_BUILT names its bin directory).
+if [[ -n ${RISC_RELEASE_BUILT:-} ]]; then
+    release=$RISC_RELEASE_BUILT
+else
+    echo "==> building swift-crypto's Crypto (swift build --scratch-path $scratch -c release --static-swift-stdlib --target Crypto)"
+    swift build --scratch-path "$scratch" -c release --static-swift-stdlib --target Crypto >"$out/crypto-build.log" 2>&1 || {
+        tail -40 "$out/crypto-build.log" >&2
+        echo "error: building Crypto failed (log: $out/crypto-build.log)" >&2
+        exit 1
+    }
+    release=$(swift build --scratch-path "$scratch" -c release --static-swift-stdlib --show-bin-path)
+fi
 
 # Crypto and the targets it links on Linux (those that exist in this swift-crypto version).
 crypto_objects=()

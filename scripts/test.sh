@@ -163,6 +163,9 @@ if [ $# -eq 0 ]; then
     exit 1
   fi
   release_pid=
+  # Built: the stages below use it as it is, without asking SwiftPM to plan the build again each time.
+  RISC_RELEASE_BUILT=$(swift build --scratch-path .build-release -c release --static-swift-stdlib --show-bin-path)
+  export RISC_RELEASE_BUILT
   stage "scripts/fuzz.sh 30"
   scripts/fuzz.sh 30
   stage "benchmark smoke runs, tiny sizes"
