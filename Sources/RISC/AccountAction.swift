@@ -75,6 +75,8 @@ public enum AccountAction: Sendable, Equatable {
     public static func actions(for event: SecurityEvent, audience: [String]) -> [AccountAction] {
         guard let type = event.type else { return [.skip(reason: "unknown event type")] }
         if type == .verification || type == .ssfVerification { return [.recordVerification(state: event.state)] }
+        // The stream's status is recorded with the stream as the event is received; no user is named.
+        if type == .ssfStreamUpdated { return [.skip(reason: "a stream status change names no user")] }
         if type == .tokenRevoked {
             guard case .oauthToken(let tokenType, let identifier)? = event.subject else {
                 return [.skip(reason: "token-revoked without an oauth_token subject")]
@@ -106,7 +108,7 @@ public enum AccountAction: Sendable, Equatable {
             return [.enableSignIn(sub: sub)]
         case .accountCredentialChangeRequired, .caepCredentialChange:
             return [.requireCredentialChange(sub: sub)]
-        case .tokenRevoked, .verification, .ssfVerification:
+        case .tokenRevoked, .verification, .ssfVerification, .ssfStreamUpdated:
             return []  // handled above
         }
     }

@@ -11,6 +11,8 @@ public enum EventType: String, Sendable, CaseIterable, Codable {
     case caepSessionRevoked = "https://schemas.openid.net/secevent/caep/event-type/session-revoked"
     case caepCredentialChange = "https://schemas.openid.net/secevent/caep/event-type/credential-change"
     case ssfVerification = "https://schemas.openid.net/secevent/ssf/event-type/verification"
+    /// A Shared Signals transmitter's word that it changed the stream's status (`status`, `reason`).
+    case ssfStreamUpdated = "https://schemas.openid.net/secevent/ssf/event-type/stream-updated"
 
     /// The short name operators type (`sessions-revoked`); unique across the known types.
     /// Looked up, not split out of the URI: every SET received is counted under its short name.
@@ -36,5 +38,11 @@ public enum EventType: String, Sendable, CaseIterable, Codable {
     public static let googleRISCTypes: [EventType] = [
         .sessionsRevoked, .tokensRevoked, .tokenRevoked, .accountDisabled, .accountEnabled,
         .accountCredentialChangeRequired, .verification,
+    ]
+
+    /// Every type that changes a user's state (RISC and CAEP): what a Shared Signals stream asks for by default.
+    public static let actedOn: [EventType] = [
+        .sessionsRevoked, .tokensRevoked, .tokenRevoked, .accountDisabled, .accountEnabled,
+        .accountCredentialChangeRequired, .caepSessionRevoked, .caepCredentialChange,
     ]
 }

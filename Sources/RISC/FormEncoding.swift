@@ -10,7 +10,7 @@ public enum FormEncoding {
         }.joined(separator: "&")
     }
 
-    static func escape(_ value: String) -> String {
+    public static func escape(_ value: String) -> String {
         value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value
     }
 

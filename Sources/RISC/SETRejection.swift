@@ -8,6 +8,8 @@ public struct SETRejection: Error, Sendable, Equatable, CustomStringConvertible 
         case invalidAudience = "invalid_audience"
         case authenticationFailed = "authentication_failed"
         case accessDenied = "access_denied"
+        /// Shared Signals: a verification event whose state the receiver never asked for, or has already seen.
+        case invalidState = "invalid_state"
     }
 
     public var code: Code

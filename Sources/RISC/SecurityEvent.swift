@@ -9,13 +9,22 @@ public struct SecurityEvent: Sendable, Equatable {
     public var reason: String?
     /// `verification`: the state the stream verification asked for.
     public var state: String?
+    /// `stream-updated`: the stream's new status (`enabled`, `paused`, `disabled`); `reason` holds the reason given.
+    public var status: String?
 
-    public init(typeURI: String, type: EventType?, subject: Subject?, reason: String? = nil, state: String? = nil) {
+    public init(typeURI: String, type: EventType?, subject: Subject?, reason: String? = nil, state: String? = nil, status: String? = nil) {
         self.typeURI = typeURI
         self.type = type
         self.subject = subject
         self.reason = reason
         self.state = state
+        self.status = status
+    }
+
+    /// What a `stream-updated` event reports.
+    public var streamStatus: StreamStatus? {
+        guard type == .ssfStreamUpdated, let status, let state = StreamStatus.State(rawValue: status) else { return nil }
+        return StreamStatus(state: state, reason: reason)
     }
 
     /// The stored form (`risc_events.events`, and the admin API's `decoded_events`): written at ingest and
@@ -25,6 +34,7 @@ public struct SecurityEvent: Sendable, Equatable {
         if let subject { object["subject"] = subject.jsonValue }
         if let reason { object["reason"] = .string(reason) }
         if let state { object["state"] = .string(state) }
+        if let status { object["status"] = .string(status) }
         return .object(object)
     }
 
@@ -33,7 +43,7 @@ public struct SecurityEvent: Sendable, Equatable {
         guard let typeURI = json["type"]?.stringValue else { return nil }
         self.init(
             typeURI: typeURI, type: EventType(rawValue: typeURI), subject: json["subject"].flatMap(Subject.init(json:)),
-            reason: json["reason"]?.stringValue, state: json["state"]?.stringValue)
+            reason: json["reason"]?.stringValue, state: json["state"]?.stringValue, status: json["status"]?.stringValue)
     }
 
     /// Reads a stored `events` array; nil unless every member is a stored event.
@@ -55,8 +65,9 @@ public struct SecurityEvent: Sendable, Equatable {
             typeURI: typeURI,
             type: type,
             subject: subject,
-            reason: type == .accountDisabled ? body["reason"]?.stringValue : nil,
-            state: (type == .verification || type == .ssfVerification) ? body["state"]?.stringValue : nil
+            reason: (type == .accountDisabled || type == .ssfStreamUpdated) ? body["reason"]?.stringValue : nil,
+            state: (type == .verification || type == .ssfVerification) ? body["state"]?.stringValue : nil,
+            status: type == .ssfStreamUpdated ? body["status"]?.stringValue : nil
         )
     }
 }

@@ -110,13 +110,15 @@ public struct SecurityEventToken: Sendable {
             payloadJSON: payloadData, signingInput: jws.signingInput, signature: jws.signature)
     }
 
-    /// Every string member of a subject identifier is stored, and `sub` is indexed: refuse oversized ones here.
+    /// Every string member of a subject identifier is stored, and `sub` is indexed: refuse oversized ones here, in a
+    /// complex subject's members too.
     private static func checkSubjectBounds(_ subject: JSONValue?) throws(SETRejection) {
         guard let members = subject?.objectValue else { return }
         for value in members.values {
             if let string = value.stringValue, !ClaimBounds.fits(string) {
                 throw .invalidRequest("a subject identifier is too long")
             }
+            if value.objectValue != nil { try checkSubjectBounds(value) }
         }
     }
 

@@ -11,6 +11,8 @@ public enum Subject: Sendable, Equatable {
     case email(String)
     /// `opaque` (SSF).
     case opaque(String)
+    /// `complex` (SSF): several subjects at once, by member name (`user`, `session`, `device`, `tenant`, ...).
+    indirect case complex(members: [String: Subject])
     /// Any other shape, kept only in the raw claims.
     case unrecognized(format: String?)
 
@@ -41,6 +43,9 @@ public enum Subject: Sendable, Equatable {
             }
             guard !sub.isEmpty else { return .notAUser(reason: "the subject's sub is empty") }
             return .named(sub: sub)
+        case .complex(let members):
+            // The user member is the one a user's account is named by; the others narrow it (a session, a device).
+            return members["user"]?.userReference ?? .notAUser(reason: "the complex subject has no user member")
         default:
             return .notAUser(reason: "the subject names no Google account")
         }
@@ -86,6 +91,12 @@ public enum Subject: Sendable, Equatable {
                 return
             }
             self = .opaque(id)
+        case "complex":
+            var members: [String: Subject] = [:]
+            for (name, value) in object where name != "format" {
+                if let member = Subject(json: value) { members[name] = member }
+            }
+            self = .complex(members: members)
         default:
             self = .unrecognized(format: kind)
         }
@@ -111,7 +122,31 @@ extension Subject {
                 ].merging(tokenType.map { ["token_type": JSONValue.string($0)] } ?? [:]) { first, _ in first })
         case .email(let email): ["format": "email", "email": .string(email)]
         case .opaque(let id): ["format": "opaque", "id": .string(id)]
+        case .complex(let members): .object(members.mapValues(\.jsonValue).merging(["format": "complex"]) { _, format in format })
         case .unrecognized(let format): .object(format.map { ["format": .string($0)] } ?? [:])
+        }
+    }
+}
+
+extension Subject {
+    /// The members of a complex subject this receiver understands: the user an event is about.
+    public static let understoodComplexMembers: Set<String> = ["user"]
+
+    /// The members marked critical by the transmitter (`critical_subject_members`) that this subject carries and the
+    /// receiver does not understand. An event whose subject has any must not be acted on (SSF 1.0, receiver subject
+    /// processing): it is stored, and its actions are a recorded skip.
+    public func unprocessedCriticalMembers(_ critical: [String]) -> [String] {
+        guard case .complex(let members) = self else { return [] }
+        return critical.filter { members[$0] != nil && !Self.understoodComplexMembers.contains($0) }.sorted()
+    }
+
+    /// The email address this subject gives for its user, if any (`email`, or a complex subject's `user` member).
+    public var email: String? {
+        switch self {
+        case .email(let email): email
+        case .idTokenClaims(_, _, let email): email
+        case .complex(let members): members["user"]?.email
+        default: nil
         }
     }
 }

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// Encrypts refresh tokens and subscribers' secrets at rest with AES-GCM. The row's id is authenticated data, so a
+/// Encrypts refresh tokens, subscribers' secrets and transmitters' credentials at rest with AES-GCM. The row's id is authenticated data, so a
 /// ciphertext copied onto another row does not decrypt. Old keys stay readable for rotation.
 public struct VaultCipher: Sendable {
     public struct Failure: Error, Sendable, CustomStringConvertible {
@@ -53,6 +53,15 @@ public struct VaultCipher: Sendable {
 
     public func open(_ combined: Data, keyID: String, subscriberID: Int64) throws -> String {
         try open(combined, keyID: keyID, context: "risc-subscriber:\(subscriberID)")
+    }
+
+    /// A transmitter's client secret, private key or bearer token, bound to its name.
+    public func seal(_ secret: String, transmitter: TransmitterName) throws -> Data {
+        try seal(secret, context: "risc-transmitter:\(transmitter.value)")
+    }
+
+    public func open(_ combined: Data, keyID: String, transmitter: TransmitterName) throws -> String {
+        try open(combined, keyID: keyID, context: "risc-transmitter:\(transmitter.value)")
     }
 
     private func seal(_ secret: String, context: String) throws -> Data {

@@ -29,6 +29,7 @@ struct AccountRulesTests {
             (event(.caepCredentialChange), [.requireCredentialChange(sub: "42")]),
             (event(.verification, state: "s-1"), [.recordVerification(state: "s-1")]),
             (event(.ssfVerification, state: "s-2"), [.recordVerification(state: "s-2")]),
+            (event(.ssfStreamUpdated), [.skip(reason: "a stream status change names no user")]),
         ]
         for (event, actions) in expected {
             #expect(AccountAction.actions(for: event, audience: ["app"]) == actions, "\(event.shortName)")

@@ -49,7 +49,7 @@ struct EventModelTests {
             (["format": "iss_sub", "iss": "i", "sub": "s"], .issuerAndSubject(iss: "i", sub: "s")),
             (["format": "email", "email": "a@b.c"], .email("a@b.c")),
             (["format": "opaque", "id": "x"], .opaque("x")),
-            (["format": "complex", "user": ["format": "email"]], .unrecognized(format: "complex")),
+            (["format": "complex", "user": ["format": "email"]], .complex(members: ["user": .unrecognized(format: "email")])),
             (["subject_type": "iss-sub", "iss": "i"], .unrecognized(format: "iss-sub")),
         ] as [(JSONValue, Subject)])
     func subjects(_ json: JSONValue, _ expected: Subject) {
@@ -113,12 +113,17 @@ struct EventModelTests {
             .idTokenClaims(iss: "accounts.google.com", sub: "3", email: nil),
             .oauthToken(tokenType: "refresh_token", identifier: .doubleSHA512(Data(repeating: 7, count: 64))),
             .oauthToken(tokenType: nil, identifier: .prefix("1//0abcdefghijkl")), .email("a@example.com"), .opaque("x"),
-            .unrecognized(format: "complex"), .unrecognized(format: nil),
+            .complex(members: [:]), .complex(members: ["user": .email("a@example.com"), "tenant": .opaque("t")]),
+            .unrecognized(format: nil),
         ]
         var events = subjects.map { SecurityEvent(typeURI: EventType.tokensRevoked.rawValue, type: .tokensRevoked, subject: $0) }
         events.append(SecurityEvent(typeURI: EventType.accountDisabled.rawValue, type: .accountDisabled, subject: subjects[1], reason: "hijacking"))
         events.append(SecurityEvent(typeURI: EventType.verification.rawValue, type: .verification, subject: nil, state: "s"))
         events.append(SecurityEvent(typeURI: "https://example.com/unknown", type: nil, subject: subjects[1]))
+        events.append(
+            SecurityEvent(
+                typeURI: EventType.ssfStreamUpdated.rawValue, type: .ssfStreamUpdated, subject: .opaque("s"), reason: "why",
+                status: "paused"))
         let stored = JSONValue.array(events.map(\.jsonValue)).serialized
         #expect(SecurityEvent.stored(Array(stored.utf8)) == events)
         #expect(SecurityEvent.stored(Array(#"[{"name": "no type"}]"#.utf8)) == nil)

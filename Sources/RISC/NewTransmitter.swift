@@ -1,0 +1,89 @@
+/// How the service authorises its calls to a transmitter's stream endpoints.
+public enum StreamAuthorization: Sendable, Equatable {
+    /// OAuth 2.0 client credentials (RFC 6749 §4.4). `secret` is the client secret, or for `privateKeyJWT` the private
+    /// key in PEM. `tokenEndpoint` nil: discovered from the issuer's OAuth metadata.
+    case clientCredentials(clientID: String, method: ClientAuthentication, secret: String, scope: String, tokenEndpoint: String?)
+    /// A fixed bearer token the transmitter issued.
+    case bearer(token: String)
+
+    /// How the client proves itself at the token endpoint.
+    public enum ClientAuthentication: String, Sendable, CaseIterable, Codable {
+        case clientSecretBasic = "client_secret_basic"
+        case clientSecretPost = "client_secret_post"
+        case privateKeyJWT = "private_key_jwt"
+    }
+
+    public static let defaultScope = "ssf.read ssf.manage"
+
+    /// The stored name of the method: a client authentication method, or `bearer`.
+    public var methodName: String {
+        switch self {
+        case .clientCredentials(_, let method, _, _, _): method.rawValue
+        case .bearer: "bearer"
+        }
+    }
+
+    /// What is sealed: the client secret, the private key or the bearer token.
+    public var secret: String {
+        switch self {
+        case .clientCredentials(_, _, let secret, _, _): secret
+        case .bearer(let token): token
+        }
+    }
+}
+
+/// A transmitter as an operator registers it, checked: its name, its issuer (an https URL, http only on loopback), how
+/// its SETs are delivered, the event types asked for, and the authorization for its stream endpoints.
+public struct NewTransmitter: Sendable, Equatable {
+    public let name: TransmitterName
+    public let issuer: String
+    /// Where to read the metadata; nil: the issuer's well-known URL.
+    public let configURL: String?
+    public let delivery: DeliveryMethod
+    /// Event-type URIs.
+    public let eventsRequested: [String]
+    public let authorization: StreamAuthorization
+
+    public init(
+        name: String, issuer: String, configURL: String? = nil, delivery: DeliveryMethod = .push, events: [String]? = nil,
+        authorization: StreamAuthorization
+    ) throws(InvalidParameter) {
+        self.name = try TransmitterName(name)
+        guard URLPolicy.isHTTPSOrLoopback(issuer), WellKnownURL.inserting(WellKnownURL.sharedSignals, into: issuer) != nil else {
+            throw InvalidParameter(name: "issuer", problem: "must be an https:// URL (http:// only on loopback), without query or fragment")
+        }
+        self.issuer = issuer
+        if let configURL, !URLPolicy.isHTTPSOrLoopback(configURL) {
+            throw InvalidParameter(name: "config-url", problem: "must be an https:// URL (http:// only on loopback)")
+        }
+        self.configURL = configURL
+        self.delivery = delivery
+        if let events {
+            guard !events.isEmpty else { throw InvalidParameter(name: "events", problem: "names no event type") }
+            eventsRequested = try events.map { (value) throws(InvalidParameter) -> String in
+                if let type = EventType(uriOrShortName: value) { return type.rawValue }
+                // Another transmitter may offer types this service does not act on: asked for by URI, stored, notified.
+                guard value.hasPrefix("https://") || value.hasPrefix("urn:"), ClaimBounds.fits(value) else {
+                    throw InvalidParameter(name: "events", problem: "\(value) is neither a known short name nor an event-type URI")
+                }
+                return value
+            }
+        } else {
+            eventsRequested = StreamRequest.defaultEventTypes
+        }
+        switch authorization {
+        case .clientCredentials(let clientID, _, let secret, let scope, let tokenEndpoint):
+            guard !clientID.isEmpty else { throw InvalidParameter(name: "client-id", problem: "is empty") }
+            guard !secret.isEmpty else { throw InvalidParameter(name: "client-secret", problem: "is empty") }
+            guard !scope.isEmpty else { throw InvalidParameter(name: "scope", problem: "is empty") }
+            if let tokenEndpoint, !URLPolicy.isHTTPSOrLoopback(tokenEndpoint) {
+                throw InvalidParameter(name: "token-endpoint", problem: "must be an https:// URL (http:// only on loopback)")
+            }
+        case .bearer(let token):
+            guard !token.isEmpty, !token.contains(where: \.isWhitespace) else {
+                throw InvalidParameter(name: "bearer", problem: "must be one token, without spaces")
+            }
+        }
+        self.authorization = authorization
+    }
+}
