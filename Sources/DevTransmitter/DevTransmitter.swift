@@ -8,7 +8,8 @@ import RISCKeys
 import Synchronization
 
 /// A local stand-in for Google: RISC discovery document, OpenID configuration, JWKS with rotation,
-/// token and revocation endpoints, and signing and pushing SETs and ID tokens on command. It listens on loopback only.
+/// token and revocation endpoints, and signing and pushing SETs and ID tokens on command; and beside it a Shared
+/// Signals transmitter under `/ssf` (`DevSharedSignals`). It listens on loopback only.
 public final class DevTransmitter: Sendable {
     public struct Settings: Sendable {
         public var port: Int
@@ -41,11 +42,13 @@ public final class DevTransmitter: Sendable {
     let keysOutage = Atomic<Bool>(false)
     let oauth = DevOAuthState()
     let management: DevManagementAPI
+    let sharedSignals: DevSharedSignals
 
     public init(settings: Settings, httpClient: HTTPClient = .shared, logger: Logger) async throws {
         self.settings = settings
         self.keys = try await SigningKeys()
         self.management = try DevManagementAPI()
+        self.sharedSignals = try await DevSharedSignals()
         self.httpClient = httpClient
         self.logger = logger
     }
@@ -165,6 +168,7 @@ public final class DevTransmitter: Sendable {
     func addRoutes(to router: Router<BasicRequestContext>) {
         addOpenIDRoutes(to: router)
         addManagementRoutes(to: router)
+        addSharedSignalsRoutes(to: router)
         router.get("/.well-known/risc-configuration") { _, _ in
             guard !self.keysOutage.load(ordering: .relaxed) else { return Response(status: .serviceUnavailable) }
             return Self.json(

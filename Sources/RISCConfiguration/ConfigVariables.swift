@@ -246,8 +246,13 @@ public enum ConfigVariables {
         rule: httpsRule, valid: URLPolicy.isHTTPSOrLoopback)
 
     /// Every variable, in the configuration reference's order: those `serve` reads (and `config check` prints), then the `stream` commands' own.
+    public static let publicURL = ConfigVariable<String>(
+        "RISC_PUBLIC_URL", default: .unset,
+        help: "the service's public base URL, from which the push endpoints of Shared Signals streams are made (URL/ssf/NAME/events)",
+        rule: httpsRule, note: "required by `streams create` for a push stream", valid: URLPolicy.isHTTPSOrLoopback)
+
     public static let all: [any ConfigVariableDocumentation] =
-        ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL]
+        ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL, publicURL]
 
     /// The configuration reference's table of variables; `risc-receiver config variables` prints it, and a test holds docs/configuration.md to it.
     /// A command's help text about its variables: name, default and meaning, from the same descriptions.

@@ -12,10 +12,10 @@ import RISCStore
 public enum AdminAPI {
     public static func addRoutes<
         Context: AuthRequestContext<BearerIdentity>, Events: EventAdministering, Reports: AdminReporting, Subscribers: SubscriberStoring,
-        Notifications: NotificationAdministering
+        Notifications: NotificationAdministering, Transmitters: TransmitterStoring
     >(
         to router: Router<Context>, adminToken: String, events: Events, reports: Reports, subscribers: Subscribers,
-        notifications: Notifications
+        notifications: Notifications, transmitters: Transmitters
     ) {
         let group = router.group("/admin/v1").requiringBearer(adminToken, as: .admin).add(middleware: DatabaseUnavailable())
         group.get("openapi.json") { _, _ in JSONResponse.make(status: .ok, json: AdminOpenAPI.document) }
@@ -23,6 +23,7 @@ public enum AdminAPI {
         AdminReportRoutes<Context, Reports>(store: reports).addRoutes(to: group)
         AdminSubscriberRoutes<Context, Subscribers>(store: subscribers).addRoutes(to: group)
         AdminNotificationRoutes<Context, Notifications>(store: notifications).addRoutes(to: group)
+        AdminTransmitterRoutes<Context, Transmitters>(store: transmitters).addRoutes(to: group)
     }
 
     /// 202 to a replay: the event or notification waits again.

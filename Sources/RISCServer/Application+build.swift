@@ -42,7 +42,10 @@ public func buildApplication(
             events: EventAdmin(client: postgres, timeout: timeout, enforce: dependencies.enforce, logger: logger),
             reports: AdminReports(client: postgres, timeout: timeout, mode: EnforcementMode(enforce: dependencies.enforce), logger: logger),
             subscribers: SubscriberStore(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger),
-            notifications: NotificationOutbox(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger))
+            notifications: NotificationOutbox(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger),
+            transmitters: TransmitterRegistry(
+                store: TransmitterStore(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger),
+                googleConfigurationURL: configuration.riscConfigurationURL))
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {
         VaultController<AppRequestContext, GrantStore>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)

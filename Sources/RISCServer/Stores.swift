@@ -71,3 +71,12 @@ public protocol NotificationAdministering: Sendable {
 }
 
 extension NotificationOutbox: NotificationAdministering {}
+
+/// `/admin/v1/transmitters`: `TransmitterRegistry` (the metadata read, the credential sealed in `TransmitterStore`).
+public protocol TransmitterStoring: Sendable {
+    /// The built-in google first.
+    func transmitters() async throws -> [TransmitterRecord]
+    func transmitter(named name: TransmitterName) async throws -> TransmitterRecord?
+    func add(_ transmitter: NewTransmitter) async throws -> TransmitterRecord
+    func remove(named name: TransmitterName) async throws -> Bool
+}

@@ -27,13 +27,18 @@ struct AdminOptions: ParsableArguments {
         }
     }
 
-    func withNotifications<T: Sendable>(
-        _ body: @escaping @Sendable (SubscriberStore, NotificationOutbox) async throws -> T
-    ) async throws -> T {
-        let cipher = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+    /// The vault keys (RISC_VAULT_KEY and the previous ones), or nil without the key.
+    private func vaultCipher() async throws -> VaultCipher? {
+        try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
             VaultCipher.from(
                 key: try ConfigVariables.vaultKey.optional(from: reader), previous: try ConfigVariables.vaultPreviousKeys.value(from: reader))
         }
+    }
+
+    func withNotifications<T: Sendable>(
+        _ body: @escaping @Sendable (SubscriberStore, NotificationOutbox) async throws -> T
+    ) async throws -> T {
+        let cipher = try await vaultCipher()
         do {
             return try await withDatabase { client, timeout, logger in
                 try await body(
@@ -43,6 +48,26 @@ struct AdminOptions: ParsableArguments {
         } catch let error as SubscriberStore.VaultKeyMissing {
             throw Bootstrap.fail(error.description)
         } catch let error as SubscriberStore.ConfiguredSubscriber {
+            throw Bootstrap.fail(error.description)
+        }
+    }
+
+    /// The transmitters: the built-in google (RISC_CONFIGURATION_URL) and those added.
+    func withTransmitters<T: Sendable>(_ body: @escaping @Sendable (TransmitterRegistry) async throws -> T) async throws -> T {
+        let cipher = try await vaultCipher()
+        let googleURL = try await Bootstrap.configuration(file: config.file) { reader throws(ServiceConfiguration.Invalid) in
+            try ConfigVariables.riscConfigurationURL.value(from: reader)
+        }
+        do {
+            return try await withDatabase { client, timeout, logger in
+                let store = TransmitterStore(client: client, timeout: timeout, cipher: cipher, logger: logger)
+                return try await body(TransmitterRegistry(store: store, googleConfigurationURL: googleURL))
+            }
+        } catch let error as TransmitterStore.VaultKeyMissing {
+            throw Bootstrap.fail(error.description)
+        } catch let error as TransmitterStore.AlreadyRegistered {
+            throw Bootstrap.fail(error.description)
+        } catch let error as TransmitterRegistry.MetadataRefused {
             throw Bootstrap.fail(error.description)
         }
     }

@@ -12,7 +12,8 @@ struct RiscReceiver: AsyncParsableCommand {
         discussion: "Exit codes: 0 ok, 1 failure or not found, 2 usage or configuration error.",
         version: "\(Release.version) (\(BuildInfo.commit))",
         subcommands: [
-            Serve.self, Worker.self, Health.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Subscribers.self,
+            Serve.self, Worker.self, Health.self, Migrate.self, Events.self, Users.self, Stats.self, StreamCommand.self, Transmitters.self,
+            Streams.self, Subscribers.self,
             Notifications.self, Config.self, Vault.self, Dev.self,
         ]
     )

@@ -289,8 +289,27 @@ struct AdminTests {
             let id = Table.number(try #require(try await admin(harness, "/admin/v1/events?sub=\(sub)").json["events"]?.arrayValue?.first?["id"]))
             let notification = Table.number(
                 try #require(try await admin(harness, "/admin/v1/notifications?sub=\(sub)").json["notifications"]?.arrayValue?.first?["id"]))
+            // A Shared Signals transmitter, from this harness's development transmitter (its issuer is this harness's own).
+            let transmitter = "openapi-" + UUID().uuidString.lowercased().prefix(8)
+            let registered = try await harness.call(
+                .POST, "/admin/v1/transmitters", bearer: Harness.adminToken,
+                json: [
+                    "name": .string(transmitter), "issuer": .string(harness.transmitter.sharedSignalsIssuer),
+                    "client_id": .string(harness.transmitter.sharedSignalsClientID),
+                    "client_secret": .string(harness.transmitter.sharedSignalsClientSecret), "delivery": "poll",
+                ])
+            #expect(registered.status == 201, "\(registered.body)")
+            #expect(!registered.body.contains(harness.transmitter.sharedSignalsClientSecret))
+            let refusedTransmitter = try await harness.call(
+                .POST, "/admin/v1/transmitters", bearer: Harness.adminToken, json: ["name": "google", "issuer": "https://ssf.example"])
+            #expect(refusedTransmitter.status == 400)
             var responses: [JSONValue] = [
-                ["method": "POST", "path": "/admin/v1/subscribers", "status": .number(Double(added.status)), "body": added.json.asValue]
+                ["method": "POST", "path": "/admin/v1/subscribers", "status": .number(Double(added.status)), "body": added.json.asValue],
+                ["method": "POST", "path": "/admin/v1/transmitters", "status": .number(Double(registered.status)), "body": registered.json.asValue],
+                [
+                    "method": "POST", "path": "/admin/v1/transmitters", "status": .number(Double(refusedTransmitter.status)),
+                    "body": refusedTransmitter.json.asValue,
+                ],
             ]
             for (method, path, template) in [
                 (NIOHTTP1.HTTPMethod.GET, "/admin/v1/events?sub=\(sub)&limit=1", "/admin/v1/events"),
@@ -313,6 +332,13 @@ struct AdminTests {
                 (.POST, "/admin/v1/subscribers/\(subscriber)/rotate-secret", "/admin/v1/subscribers/{id}/rotate-secret"),
                 (.POST, "/admin/v1/subscribers/999999999/rotate-secret", "/admin/v1/subscribers/{id}/rotate-secret"),
                 (.DELETE, "/admin/v1/subscribers/\(subscriber)", "/admin/v1/subscribers/{id}"),
+                (.GET, "/admin/v1/transmitters", "/admin/v1/transmitters"),
+                (.GET, "/admin/v1/transmitters/\(transmitter)", "/admin/v1/transmitters/{name}"),
+                (.GET, "/admin/v1/transmitters/google", "/admin/v1/transmitters/{name}"),
+                (.GET, "/admin/v1/transmitters/nobody", "/admin/v1/transmitters/{name}"),
+                (.GET, "/admin/v1/transmitters/Not_A_Name", "/admin/v1/transmitters/{name}"),
+                (.DELETE, "/admin/v1/transmitters/google", "/admin/v1/transmitters/{name}"),
+                (.DELETE, "/admin/v1/transmitters/\(transmitter)", "/admin/v1/transmitters/{name}"),
             ] {
                 let reply = try await admin(harness, path, method: method)
                 responses.append([

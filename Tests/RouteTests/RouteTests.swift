@@ -50,10 +50,19 @@ struct RouteTests {
             func replay(id: Int64) async throws -> NotificationOutbox.ReplayOutcome { try answer(.pending) }
         }
 
+        struct Transmitters: TransmitterStoring, FailingFake {
+            let failure: (any Error & Sendable)?
+            func transmitters() async throws -> [TransmitterRecord] { try answer([]) }
+            func transmitter(named name: TransmitterName) async throws -> TransmitterRecord? { try answer(nil) }
+            func add(_ transmitter: NewTransmitter) async throws -> TransmitterRecord { try unanswered() }
+            func remove(named name: TransmitterName) async throws -> Bool { try answer(false) }
+        }
+
         func addRoutes(to router: Router<AppRequestContext>) {
             AdminAPI.addRoutes(
                 to: router, adminToken: adminToken, events: Events(failure: failure), reports: Reports(failure: failure),
-                subscribers: Subscribers(failure: failure), notifications: Notifications(failure: failure))
+                subscribers: Subscribers(failure: failure), notifications: Notifications(failure: failure),
+                transmitters: Transmitters(failure: failure))
         }
     }
 

@@ -1,0 +1,296 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import RISC
+import Synchronization
+
+/// A Shared Signals (SSF 1.0) transmitter in miniature, beside the Google stand-in, under `/ssf`: its metadata at the
+/// well-known URL, its own signing keys, an OAuth 2.0 token endpoint for client credentials, and the stream management
+/// API (one stream per receiver, as many transmitters allow). Written from the SSF text, not from the receiver: the two
+/// can disagree, and the tests show where.
+final class DevSharedSignals: Sendable {
+    /// The OAuth client the receiver registers with (`transmitters add dev-ssf --client-id ... --client-secret -`).
+    static let clientID = "ssf-dev-client"
+    static let clientSecret = "ssf-dev-client-secret"
+
+    struct Stream: Sendable {
+        var id: String
+        var audience: String
+        var delivery: JSONValue
+        var eventsRequested: [String]
+        var description: String?
+        var status = "enabled"
+        var reason: String?
+    }
+
+    struct State: Sendable {
+        /// Access tokens and when each stops working.
+        var accessTokens: [String: Date] = [:]
+        var tokenLifetime: TimeInterval = 3600
+        /// While set, stream configurations name this issuer instead (a transmitter that answers for another).
+        var foreignIssuer: String?
+        /// Every stream deleted, by id (the tests check a foreign stream was deleted at once).
+        var deletedStreams: [String] = []
+        var stream: Stream?
+        /// The verification states asked for, in order (the tests read them).
+        var verificationStates: [String] = []
+    }
+
+    let keys: SigningKeys
+    let state = Mutex(State())
+
+    init() async throws {
+        keys = try await SigningKeys()
+    }
+
+    /// The event types this transmitter can deliver: RISC, CAEP and SSF's own.
+    static let eventsSupported: [String] = EventType.actedOn.map(\.rawValue) + [EventType.ssfStreamUpdated.rawValue]
+
+    static func random() -> String { Base64URL.random(bytes: 16) }
+}
+
+extension DevTransmitter {
+    /// The Shared Signals transmitter's issuer: `/ssf` under this transmitter, so its metadata URL has a path to insert.
+    public var sharedSignalsIssuer: String { baseURL + "/ssf" }
+    public var sharedSignalsClientID: String { DevSharedSignals.clientID }
+    public var sharedSignalsClientSecret: String { DevSharedSignals.clientSecret }
+
+    func addSharedSignalsRoutes(to router: Router<BasicRequestContext>) {
+        let ssf = sharedSignals
+        router.get("/.well-known/ssf-configuration/ssf") { _, _ in
+            let issuer = self.sharedSignalsIssuer
+            return Self.json([
+                "spec_version": "1_0", "issuer": .string(issuer), "jwks_uri": .string(issuer + "/jwks"),
+                "delivery_methods_supported": ["urn:ietf:rfc:8935", "urn:ietf:rfc:8936"],
+                "configuration_endpoint": .string(issuer + "/streams"), "status_endpoint": .string(issuer + "/status"),
+                "verification_endpoint": .string(issuer + "/verify"), "add_subject_endpoint": .string(issuer + "/subjects:add"),
+                "remove_subject_endpoint": .string(issuer + "/subjects:remove"),
+                "authorization_schemes": [["spec_urn": "urn:ietf:rfc:6749"]],
+            ])
+        }
+        // RFC 8414: the authorization server's metadata, its name inserted before the issuer's path.
+        router.get("/.well-known/oauth-authorization-server/ssf") { _, _ in
+            Self.json([
+                "issuer": .string(self.sharedSignalsIssuer), "token_endpoint": .string(self.sharedSignalsIssuer + "/token"),
+                "grant_types_supported": ["client_credentials"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+            ])
+        }
+        router.get("/ssf/jwks") { _, _ in Self.json(try ssf.keys.jwks(), maxAge: 300) }
+        router.post("/ssf/token") { request, _ in
+            let body = try await request.body.collect(upTo: 64 * 1024)
+            return ssf.token(form: FormEncoding.decode(String(buffer: body)), authorization: request.headers[.authorization])
+        }
+        router.post("/ssf/streams") { request, _ in
+            try await ssf.authorized(request) { try await ssf.create(request, issuer: self.sharedSignalsIssuer) }
+        }
+        router.get("/ssf/streams") { request, _ in
+            try await ssf.authorized(request) { ssf.read(request, issuer: self.sharedSignalsIssuer) }
+        }
+        router.patch("/ssf/streams") { request, _ in
+            try await ssf.authorized(request) { try await ssf.change(request, issuer: self.sharedSignalsIssuer, replace: false) }
+        }
+        router.put("/ssf/streams") { request, _ in
+            try await ssf.authorized(request) { try await ssf.change(request, issuer: self.sharedSignalsIssuer, replace: true) }
+        }
+        router.delete("/ssf/streams") { request, _ in
+            try await ssf.authorized(request) { ssf.delete(request) }
+        }
+        router.get("/ssf/status") { request, _ in
+            try await ssf.authorized(request) { ssf.status(request) }
+        }
+        router.post("/ssf/status") { request, _ in
+            try await ssf.authorized(request) { try await ssf.setStatus(request) }
+        }
+        // Control endpoints for tests: how long new access tokens live.
+        router.post("/dev/ssf/token-lifetime") { request, _ in
+            let seconds = Double(request.uri.queryParameters.get("seconds") ?? "") ?? 3600
+            ssf.state.withLock { $0.tokenLifetime = seconds }
+            return Self.json(["seconds": .number(seconds)])
+        }
+        router.post("/dev/ssf/foreign-issuer") { request, _ in
+            let issuer = request.uri.queryParameters.get("iss").map { String($0) }
+            ssf.state.withLock { $0.foreignIssuer = issuer }
+            return Self.json(["iss": issuer.map(JSONValue.string) ?? .null])
+        }
+        router.get("/dev/ssf/state") { _, _ in
+            let state = ssf.state.withLock { $0 }
+            return Self.json([
+                "stream_id": state.stream.map { .string($0.id) } ?? .null, "status": state.stream.map { .string($0.status) } ?? .null,
+                "events_requested": .array((state.stream?.eventsRequested ?? []).map(JSONValue.string)),
+                "deleted": .array(state.deletedStreams.map(JSONValue.string)), "tokens_issued": .number(Double(state.accessTokens.count)),
+            ])
+        }
+    }
+}
+
+extension DevSharedSignals {
+    /// RFC 6749 §4.4 with client_secret_basic (§2.3.1: the id and secret form-encoded, then Basic) or client_secret_post.
+    func token(form: [String: String], authorization: String?) -> Response {
+        guard form["grant_type"] == "client_credentials" else { return Self.oauthError(.badRequest, "unsupported_grant_type") }
+        var client: (id: String, secret: String)?
+        if let authorization, authorization.lowercased().hasPrefix("basic "),
+            let decoded = Data(base64Encoded: String(authorization.dropFirst(6))).map({ String(decoding: $0, as: UTF8.self) }),
+            let colon = decoded.firstIndex(of: ":")
+        {
+            let id = String(decoded[..<colon]).removingPercentEncoding ?? ""
+            let secret = String(decoded[decoded.index(after: colon)...]).removingPercentEncoding ?? ""
+            client = (id, secret)
+        } else if let id = form["client_id"], let secret = form["client_secret"] {
+            client = (id, secret)
+        }
+        guard let client, client.id == Self.clientID, client.secret == Self.clientSecret else {
+            return Self.oauthError(.unauthorized, "invalid_client")
+        }
+        let scopes = Set((form["scope"] ?? "").split(separator: " ").map(String.init))
+        guard scopes.isSubset(of: ["ssf.read", "ssf.manage"]) else { return Self.oauthError(.badRequest, "invalid_scope") }
+        let token = Self.random()
+        let lifetime = state.withLock { state in
+            state.accessTokens[token] = Date().addingTimeInterval(state.tokenLifetime)
+            return state.tokenLifetime
+        }
+        var response = DevTransmitter.json([
+            "access_token": .string(token), "token_type": "Bearer", "expires_in": .number(lifetime.rounded(.down)),
+        ])
+        response.headers[.cacheControl] = "no-store"
+        return response
+    }
+
+    static func oauthError(_ status: HTTPResponse.Status, _ error: String) -> Response {
+        var response = DevTransmitter.json(["error": .string(error)])
+        response.status = status
+        return response
+    }
+
+    /// A stream endpoint answers 401 without a live access token.
+    func authorized(_ request: Request, _ handler: () async throws -> Response) async throws -> Response {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return Response(status: .unauthorized) }
+        let token = String(header.dropFirst("Bearer ".count))
+        let live = state.withLock { state in (state.accessTokens[token] ?? .distantPast) > Date() }
+        guard live else { return Response(status: .unauthorized) }
+        return try await handler()
+    }
+
+    static func body(_ request: Request) async throws -> JSONValue? {
+        let body = try await request.body.collect(upTo: 64 * 1024)
+        return try? JSONValue.parse(Array(buffer: body))
+    }
+
+    func configuration(_ stream: Stream, issuer: String) -> JSONValue {
+        var delivery = stream.delivery.objectValue ?? [:]
+        if delivery["method"]?.stringValue == DeliveryMethod.poll.urn {
+            delivery["endpoint_url"] = .string(issuer + "/poll/" + stream.id)
+        }
+        let delivered = stream.eventsRequested.filter(Self.eventsSupported.contains)
+        let issuer = state.withLock { $0.foreignIssuer } ?? issuer
+        var configuration: [String: JSONValue] = [
+            "stream_id": .string(stream.id), "iss": .string(issuer), "aud": .string(stream.audience),
+            "delivery": .object(delivery), "events_supported": .array(Self.eventsSupported.map(JSONValue.string)),
+            "events_requested": .array(stream.eventsRequested.map(JSONValue.string)), "events_delivered": .array(delivered.map(JSONValue.string)),
+            "min_verification_interval": 10,
+        ]
+        if let description = stream.description { configuration["description"] = .string(description) }
+        return .object(configuration)
+    }
+
+    /// SSF 1.0 §8.1.1.1: the receiver's fields only; one stream per receiver (409 when it has one).
+    func create(_ request: Request, issuer: String) async throws -> Response {
+        guard let body = try await Self.body(request)?.objectValue, let delivery = body["delivery"]?.objectValue,
+            let method = delivery["method"]?.stringValue, DeliveryMethod(urn: method) != nil
+        else { return Self.failure(.badRequest) }
+        for field in ["stream_id", "iss", "aud", "events_supported", "events_delivered", "min_verification_interval", "inactivity_timeout"]
+        where body[field] != nil {
+            return Self.failure(.badRequest)
+        }
+        if method == DeliveryMethod.push.urn {
+            guard let url = delivery["endpoint_url"]?.stringValue, URL(string: url)?.host != nil else { return Self.failure(.badRequest) }
+        }
+        let stream = Stream(
+            id: Self.random(), audience: "https://receiver.example/" + Self.random(), delivery: .object(delivery),
+            eventsRequested: body["events_requested"]?.arrayValue?.compactMap(\.stringValue) ?? [],
+            description: body["description"]?.stringValue)
+        let created = state.withLock { state -> Bool in
+            guard state.stream == nil else { return false }
+            state.stream = stream
+            return true
+        }
+        guard created else { return Self.failure(.conflict) }
+        var response = DevTransmitter.json(configuration(stream, issuer: issuer))
+        response.status = .created
+        return response
+    }
+
+    /// §8.1.1.2: with `stream_id`, that stream (404 if unknown); without, the list.
+    func read(_ request: Request, issuer: String) -> Response {
+        let stream = state.withLock { $0.stream }
+        if let id = request.uri.queryParameters.get("stream_id") {
+            guard let stream, stream.id == id else { return Self.failure(.notFound) }
+            return DevTransmitter.json(configuration(stream, issuer: issuer))
+        }
+        return DevTransmitter.json(.array(stream.map { [configuration($0, issuer: issuer)] } ?? []))
+    }
+
+    /// §8.1.1.3 (PATCH: the fields given) and §8.1.1.4 (PUT: the whole receiver-supplied configuration).
+    func change(_ request: Request, issuer: String, replace: Bool) async throws -> Response {
+        guard let body = try await Self.body(request)?.objectValue, let id = body["stream_id"]?.stringValue else {
+            return Self.failure(.badRequest)
+        }
+        if replace, body["delivery"] == nil { return Self.failure(.badRequest) }
+        let updated = state.withLock { state -> Stream? in
+            guard var stream = state.stream, stream.id == id else { return nil }
+            if let delivery = body["delivery"], delivery.objectValue != nil { stream.delivery = delivery }
+            if let events = body["events_requested"]?.arrayValue {
+                stream.eventsRequested = events.compactMap(\.stringValue)
+            } else if replace {
+                stream.eventsRequested = []
+            }
+            if let description = body["description"]?.stringValue { stream.description = description }
+            state.stream = stream
+            return stream
+        }
+        guard let updated else { return Self.failure(.notFound) }
+        return DevTransmitter.json(configuration(updated, issuer: issuer))
+    }
+
+    /// §8.1.1.5: 204, or 404 for a stream it does not have.
+    func delete(_ request: Request) -> Response {
+        let id = request.uri.queryParameters.get("stream_id")
+        let deleted = state.withLock { state -> Bool in
+            guard let stream = state.stream, stream.id == id else { return false }
+            state.stream = nil
+            state.deletedStreams.append(stream.id)
+            return true
+        }
+        return Response(status: deleted ? .noContent : .notFound)
+    }
+
+    /// §8.1.2.1: `{"stream_id", "status", "reason"?}`.
+    func status(_ request: Request) -> Response {
+        let id = request.uri.queryParameters.get("stream_id")
+        guard let stream = state.withLock({ $0.stream }), stream.id == id else { return Self.failure(.notFound) }
+        return DevTransmitter.json(Self.statusJSON(stream))
+    }
+
+    /// §8.1.2.2: the receiver sets `enabled`, `paused` or `disabled`, with a reason.
+    func setStatus(_ request: Request) async throws -> Response {
+        guard let body = try await Self.body(request)?.objectValue, let id = body["stream_id"]?.stringValue,
+            let status = body["status"]?.stringValue, ["enabled", "paused", "disabled"].contains(status)
+        else { return Self.failure(.badRequest) }
+        let updated = state.withLock { state -> Stream? in
+            guard var stream = state.stream, stream.id == id else { return nil }
+            (stream.status, stream.reason) = (status, body["reason"]?.stringValue)
+            state.stream = stream
+            return stream
+        }
+        guard let updated else { return Self.failure(.notFound) }
+        return DevTransmitter.json(Self.statusJSON(updated))
+    }
+
+    static func statusJSON(_ stream: Stream) -> JSONValue {
+        var json: [String: JSONValue] = ["stream_id": .string(stream.id), "status": .string(stream.status)]
+        if let reason = stream.reason { json["reason"] = .string(reason) }
+        return .object(json)
+    }
+
+    static func failure(_ status: HTTPResponse.Status) -> Response { Response(status: status) }
+}

@@ -1,0 +1,253 @@
+import Foundation
+import Logging
+import PostgresNIO
+import RISC
+
+/// The Shared Signals transmitters besides Google's: what each is (issuer, metadata, delivery, events), how the service
+/// authorises its calls to it (the credential sealed with RISC_VAULT_KEY), and the stream it manages there.
+public struct TransmitterStore: BoundedStore {
+    let client: PostgresClient
+    let logger: Logger
+    let timeout: Duration
+    /// Seals and opens the credentials; nil without RISC_VAULT_KEY: then none can be added or used.
+    let cipher: VaultCipher?
+
+    public init(client: PostgresClient, timeout: Duration = .seconds(5), cipher: VaultCipher? = nil, logger: Logger) {
+        (self.client, self.timeout, self.cipher, self.logger) = (client, timeout, cipher, logger)
+    }
+
+    /// Adding a transmitter, or using its credential, needs the vault key.
+    public struct VaultKeyMissing: Error, CustomStringConvertible {
+        public var description: String { "RISC_VAULT_KEY is not set: transmitters' credentials are stored sealed with it" }
+    }
+
+    /// A transmitter of that name, or with that issuer, is already registered.
+    public struct AlreadyRegistered: Error, CustomStringConvertible {
+        public let name: String
+        public var description: String { "a transmitter named \(name), or with that issuer, is already registered" }
+    }
+
+    private func requireCipher() throws -> VaultCipher {
+        guard let cipher else { throw VaultKeyMissing() }
+        return cipher
+    }
+
+    /// Registers a transmitter whose metadata was read from `configURL` and checked. Its stream is created apart.
+    public func add(_ transmitter: NewTransmitter, configURL: String, metadata: TransmitterMetadata, configured: Bool = false) async throws {
+        let cipher = try requireCipher()
+        let sealed = try cipher.seal(transmitter.authorization.secret, transmitter: transmitter.name)
+        let (clientID, scope, tokenEndpoint) = Self.clientFields(transmitter.authorization)
+        _ = try await bounded { connection in
+            let rows = try await connection.query(
+                """
+                INSERT INTO risc_transmitters (name, issuer, config_url, metadata, delivery, events_requested, auth_method, client_id,
+                                               scope, token_endpoint, secret_sealed, secret_key_id, configured)
+                VALUES (\(transmitter.name.value), \(transmitter.issuer), \(configURL), \(metadata.document.serialized)::jsonb,
+                        \(transmitter.delivery.rawValue), \(transmitter.eventsRequested), \(transmitter.authorization.methodName),
+                        \(clientID), \(scope), \(tokenEndpoint), \(sealed), \(cipher.currentKeyID), \(configured))
+                ON CONFLICT DO NOTHING
+                RETURNING name
+                """, logger: logger)
+            var inserted = false
+            for try await _ in rows.decode(String.self) { inserted = true }
+            if !inserted { throw AlreadyRegistered(name: transmitter.name.value) }
+        }
+    }
+
+    private static func clientFields(_ authorization: StreamAuthorization) -> (String?, String?, String?) {
+        switch authorization {
+        case .clientCredentials(let clientID, _, _, let scope, let tokenEndpoint): (clientID, scope, tokenEndpoint)
+        case .bearer: (nil, nil, nil)
+        }
+    }
+
+    static let columns = """
+        name, issuer, config_url, metadata::text, delivery, events_requested, auth_method, client_id, scope, token_endpoint,
+        configured, created_at, stream_id, stream_audience, events_delivered, poll_url, stream_status, stream_status_reason,
+        stream_status_at
+        """
+    typealias Row = (
+        String, String, String, String, String, [String], String, String?, String?, String?, Bool, Date, String?, [String]?, [String]?,
+        String?, String?, String?, Date?
+    )
+
+    public func transmitters() async throws -> [TransmitterRecord] {
+        try await bounded { connection in
+            var found: [TransmitterRecord] = []
+            for try await row in try await connection.query(
+                "SELECT \(unescaped: Self.columns) FROM risc_transmitters ORDER BY name", logger: logger
+            ).decode(Row.self) {
+                found.append(TransmitterRecord(row: row))
+            }
+            return found
+        }
+    }
+
+    public func transmitter(named name: TransmitterName) async throws -> TransmitterRecord? {
+        try await bounded { connection in
+            var found: TransmitterRecord?
+            for try await row in try await connection.query(
+                "SELECT \(unescaped: Self.columns) FROM risc_transmitters WHERE name = \(name.value)", logger: logger
+            ).decode(Row.self) {
+                found = TransmitterRecord(row: row)
+            }
+            return found
+        }
+    }
+
+    /// Forgets a transmitter, its credential and its stream's record (the stream at the transmitter is deleted apart).
+    /// The events it delivered stay. False if there was none.
+    public func remove(named name: TransmitterName) async throws -> Bool {
+        try await bounded { connection in
+            let removed = try await connection.values(
+                "DELETE FROM risc_transmitters WHERE name = \(name.value) RETURNING name", as: String.self, logger: logger)
+            return !removed.isEmpty
+        }
+    }
+
+    /// The authorization for a transmitter's stream endpoints, its credential opened; nil if there is no such
+    /// transmitter.
+    public func authorization(named name: TransmitterName) async throws -> StreamAuthorization? {
+        let cipher = try requireCipher()
+        return try await bounded { connection in
+            var found: StreamAuthorization?
+            for try await (method, clientID, scope, tokenEndpoint, sealed, keyID) in try await connection.query(
+                """
+                SELECT auth_method, client_id, scope, token_endpoint, secret_sealed, secret_key_id
+                  FROM risc_transmitters WHERE name = \(name.value)
+                """, logger: logger
+            ).decode((String, String?, String?, String?, Data, String).self) {
+                let secret = try cipher.open(sealed, keyID: keyID, transmitter: name)
+                if let clientID, let clientMethod = StreamAuthorization.ClientAuthentication(rawValue: method) {
+                    found = .clientCredentials(
+                        clientID: clientID, method: clientMethod, secret: secret, scope: scope ?? StreamAuthorization.defaultScope,
+                        tokenEndpoint: tokenEndpoint)
+                } else {
+                    found = .bearer(token: secret)
+                }
+            }
+            return found
+        }
+    }
+}
+
+extension TransmitterStore {
+    /// What calling a transmitter's stream endpoints needs: its metadata as stored (checked again), and its
+    /// authorization with the credential opened.
+    public struct Connection: Sendable {
+        public let record: TransmitterRecord
+        public let metadata: TransmitterMetadata
+        public let authorization: StreamAuthorization
+    }
+
+    /// Nil if there is no such transmitter.
+    public func connection(named name: TransmitterName) async throws -> Connection? {
+        guard let record = try await transmitter(named: name), let authorization = try await authorization(named: name),
+            let issuer = record.issuer
+        else { return nil }
+        let metadata = try TransmitterMetadata(json: Array((record.metadata ?? .null).serialized.utf8), expectedIssuer: issuer)
+        return Connection(record: record, metadata: metadata, authorization: authorization)
+    }
+
+    /// Records the stream the transmitter made (or the one taken over): its id, audience, what it delivers, the URL to
+    /// poll, and for push the SHA-256 of the secret each push must carry.
+    public func recordStream(_ stream: StreamConfiguration, of name: TransmitterName, pushSecretHash: Data?) async throws {
+        _ = try await bounded { connection in
+            try await connection.query(
+                """
+                UPDATE risc_transmitters
+                   SET stream_id = \(stream.streamID), stream_audience = \(stream.audience), events_delivered = \(stream.eventsDelivered),
+                       poll_url = \(stream.deliveryMethod == .poll ? stream.endpointURL : nil),
+                       push_secret_hash = coalesce(\(pushSecretHash), push_secret_hash)
+                 WHERE name = \(name.value)
+                """, logger: logger)
+        }
+    }
+
+    /// The stream is gone at the transmitter: forget it here too.
+    public func forgetStream(of name: TransmitterName) async throws {
+        _ = try await bounded { connection in
+            try await connection.query(
+                """
+                UPDATE risc_transmitters
+                   SET stream_id = NULL, stream_audience = NULL, events_delivered = NULL, poll_url = NULL, push_secret_hash = NULL,
+                       stream_status = NULL, stream_status_reason = NULL, stream_status_at = NULL
+                 WHERE name = \(name.value)
+                """, logger: logger)
+        }
+    }
+
+    /// The status the transmitter reported (its status endpoint, or a stream-updated event).
+    public func recordStatus(_ status: StreamStatus, of name: TransmitterName) async throws {
+        _ = try await bounded { connection in
+            try await connection.query(
+                """
+                UPDATE risc_transmitters
+                   SET stream_status = \(status.state.rawValue), stream_status_reason = \(status.reason), stream_status_at = now()
+                 WHERE name = \(name.value)
+                """, logger: logger)
+        }
+    }
+}
+
+/// One transmitter as the admin API and `transmitters list|show --json` show it: never its credential.
+public struct TransmitterRecord: Sendable, Equatable, Encodable {
+    public struct Stream: Sendable, Equatable, Encodable {
+        public var streamID: String
+        public var audience: [String]
+        public var eventsDelivered: [String]
+        /// Poll: the transmitter's URL polled.
+        public var pollURL: String?
+        /// What the transmitter last reported, and when.
+        public var status: String?
+        public var statusReason: String?
+        public var statusAt: Date?
+    }
+
+    public var name: String
+    /// Nil for google with a RISC_CONFIGURATION_URL of its own: its issuer is what that document says.
+    public var issuer: String?
+    public var builtIn: Bool
+    public var configURL: String
+    public var delivery: DeliveryMethod
+    public var eventsRequested: [String]
+    /// `client_secret_basic`, `client_secret_post`, `private_key_jwt` or `bearer`.
+    public var authMethod: String?
+    public var clientID: String?
+    public var scope: String?
+    public var tokenEndpoint: String?
+    /// Always `redacted` when there is one: the credential is shown to no one once given.
+    public var credential: String?
+    public var configured: Bool
+    public var createdAt: Date?
+    public var metadata: JSONValue?
+    public var stream: Stream?
+
+    init(row: TransmitterStore.Row) {
+        let (
+            name, issuer, configURL, metadata, delivery, eventsRequested, authMethod, clientID, scope, tokenEndpoint, configured,
+            createdAt, streamID, audience, eventsDelivered, pollURL, status, statusReason, statusAt
+        ) = row
+        (self.name, self.issuer, self.configURL, builtIn) = (name, issuer, configURL, false)
+        self.metadata = .verbatim(metadata)
+        self.delivery = DeliveryMethod(rawValue: delivery) ?? .push
+        self.eventsRequested = eventsRequested
+        (self.authMethod, self.clientID, self.scope, self.tokenEndpoint) = (authMethod, clientID, scope, tokenEndpoint)
+        credential = "redacted"
+        (self.configured, self.createdAt) = (configured, createdAt)
+        stream = streamID.map {
+            Stream(
+                streamID: $0, audience: audience ?? [], eventsDelivered: eventsDelivered ?? [], pollURL: pollURL, status: status,
+                statusReason: statusReason, statusAt: statusAt)
+        }
+    }
+
+    /// Google's transmitter, configured by RISC_CONFIGURATION_URL and managed by `stream` commands.
+    public init(google configURL: String) {
+        let defaultURL = "https://accounts.google.com/.well-known/risc-configuration"
+        issuer = configURL == defaultURL ? "https://accounts.google.com/" : nil
+        (name, builtIn, self.configURL, delivery) = (TransmitterName.google.value, true, configURL, .push)
+        eventsRequested = EventType.googleRISCTypes.map(\.rawValue)
+        configured = true
+    }
+}

@@ -1,0 +1,190 @@
+import Foundation
+import RISC
+import Testing
+
+@Suite("Shared Signals transmitters: registered from their metadata, credentials sealed")
+struct TransmitterTests {
+    @Test("transmitters add reads the metadata at the issuer's well-known URL; list, show and remove never show the credential")
+    func addListShowRemove() async throws {
+        try await Harness.withIsolatedDatabase { harness in
+            let environment = [
+                "DATABASE_URL": harness.databaseURL, "LOG_LEVEL": "warning", "RISC_VAULT_KEY": Harness.vaultKey,
+                "RISC_CONFIGURATION_URL": harness.transmitter.discoveryURL,
+            ]
+            let issuer = harness.transmitter.sharedSignalsIssuer
+            let secret = harness.transmitter.sharedSignalsClientSecret
+            func add(_ name: String, _ arguments: [String], input: String = secret) async throws -> (status: Int32, output: String) {
+                // The secret on standard input, the name and options as given.
+                try await runShell(
+                    "secret=$1; shift; printf '%s\\n' \"$secret\" | \"$0\" transmitters add \"$@\"",
+                    arguments: [riscReceiverBinary, input, name] + arguments, environment: environment)
+            }
+            let clientArguments = ["--issuer", issuer, "--client-id", harness.transmitter.sharedSignalsClientID, "--client-secret", "-"]
+            let added = try await add("dev-ssf", clientArguments + ["--delivery", "poll"])
+            #expect(added.status == 0, "\(added.output)")
+            // The metadata was found at the issuer's well-known URL, the path after the inserted name.
+            #expect(added.output.contains("/.well-known/ssf-configuration/ssf"), "\(added.output)")
+
+            let listed = try await runRiscReceiver(["transmitters", "list", "--json"], environment: environment)
+            #expect(listed.status == 0, "\(listed.output)")
+            let transmitters = try JSONValue.parse(Data(listed.output.utf8))["transmitters"]?.arrayValue ?? []
+            #expect(transmitters.map { $0["name"] } == ["google", "dev-ssf"])
+            #expect(transmitters.first?["built_in"] == true)
+            let devSSF = try #require(transmitters.last)
+            #expect(devSSF["issuer"]?.stringValue == issuer)
+            #expect(devSSF["delivery"] == "poll")
+            #expect(devSSF["auth_method"] == "client_secret_basic")
+            #expect(devSSF["credential"] == "redacted")
+            #expect(devSSF["metadata"]?["configuration_endpoint"]?.stringValue == issuer + "/streams")
+            #expect(devSSF["events_requested"]?.arrayValue?.contains(.string(EventType.caepSessionRevoked.rawValue)) == true)
+            for output in [
+                listed.output, try await runRiscReceiver(["transmitters", "list"], environment: environment).output,
+                try await runRiscReceiver(["transmitters", "show", "dev-ssf"], environment: environment).output,
+                try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment).output,
+            ] {
+                #expect(!output.contains(secret), "a listing never shows the credential")
+                #expect(output.contains("dev-ssf"), "\(output)")
+            }
+            // Sealed at rest: the database holds no copy of it in clear.
+            let rows = try await harness.database.query(
+                "SELECT count(*) FROM risc_transmitters WHERE position(\(Data(secret.utf8)) IN secret_sealed) > 0", logger: Harness.logger)
+            for try await count in rows.decode(Int.self) { #expect(count == 0) }
+
+            // The same name again, or the same issuer under another name: refused.
+            #expect(try await add("dev-ssf", clientArguments).status == 1)
+            #expect(try await add("dev-ssf-2", clientArguments).status == 1)
+            // An issuer that is not the metadata's is refused by name, and nothing is stored.
+            let wrongIssuer = try await add(
+                "wrong", ["--issuer", issuer, "--config-url", harness.transmitter.discoveryURL] + clientArguments.dropFirst(2))
+            #expect(wrongIssuer.status == 1 && wrongIssuer.output.contains("issuer"), "\(wrongIssuer.output)")
+            for (name, arguments, message) in [
+                ("google", clientArguments, "google"),
+                ("Bad_Name", clientArguments, "a-z"),
+                ("plain", ["--issuer", "http://ssf.example/t"] + clientArguments.dropFirst(2), "https"),
+                ("inline", ["--issuer", issuer, "--client-id", "x", "--client-secret", "s3cret"], "standard input"),
+                ("both", clientArguments + ["--bearer", "-"], "--bearer"),
+                ("nothing", ["--issuer", issuer], "--client-id"),
+            ] {
+                let refused = try await add(name, arguments)
+                #expect(refused.status == 2, "\(name): \(refused.output)")
+                #expect(refused.output.contains(message), "\(name): \(refused.output)")
+            }
+            let names = try await runRiscReceiver(["transmitters", "list", "--json"], environment: environment)
+            #expect((try JSONValue.parse(Data(names.output.utf8))["transmitters"]?.arrayValue ?? []).count == 2)
+
+            // Without the vault key, nothing can be sealed.
+            let keyless = try await runShell(
+                "printf 'x\\n' | \"$0\" transmitters add keyless \"$@\"", arguments: [riscReceiverBinary] + clientArguments,
+                environment: environment.filter { $0.key != "RISC_VAULT_KEY" })
+            #expect(keyless.status == 1 && keyless.output.contains("RISC_VAULT_KEY"), "\(keyless.output)")
+
+            #expect(try await runRiscReceiver(["transmitters", "remove", "google"], environment: environment).status == 1)
+            #expect(try await runRiscReceiver(["transmitters", "remove", "dev-ssf"], environment: environment).status == 0)
+            #expect(try await runRiscReceiver(["transmitters", "show", "dev-ssf"], environment: environment).status == 1)
+        }
+    }
+
+    /// The environment of the CLI, and `transmitters add NAME` for this harness's Shared Signals transmitter.
+    static func register(_ harness: Harness, name: String, delivery: String) async throws -> [String: String] {
+        let environment = [
+            "DATABASE_URL": harness.databaseURL, "LOG_LEVEL": "warning", "RISC_VAULT_KEY": Harness.vaultKey,
+            "RISC_PUBLIC_URL": harness.receiverURL,
+        ]
+        let added = try await runShell(
+            "printf '%s\\n' \"$1\" | \"$0\" transmitters add \"$2\" --issuer \"$3\" --client-id \"$4\" --client-secret - --delivery \"$5\"",
+            arguments: [
+                riscReceiverBinary, harness.transmitter.sharedSignalsClientSecret, name, harness.transmitter.sharedSignalsIssuer,
+                harness.transmitter.sharedSignalsClientID, delivery,
+            ], environment: environment)
+        #expect(added.status == 0, "\(added.output)")
+        return environment
+    }
+
+    static func devState(_ harness: Harness) async throws -> JSONValue {
+        try await harness.call(.GET, harness.transmitter.baseURL + "/dev/ssf/state").json.asValue
+    }
+
+    @Test("streams create, show, status, update, replace and delete against the transmitter's stream API; a 409 takes the stream over")
+    func streamLifecycle() async throws {
+        try await Harness.withIsolatedDatabase { harness in
+            let environment = try await Self.register(harness, name: "dev-ssf", delivery: "push")
+            func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+                try await runRiscReceiver(arguments, environment: environment)
+            }
+            // Push needs the public URL the stream's endpoint is made from.
+            let unset = try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment.filter { $0.key != "RISC_PUBLIC_URL" })
+            #expect(unset.status == 2 && unset.output.contains("RISC_PUBLIC_URL"), "\(unset.output)")
+            let created = try await run(["streams", "create", "dev-ssf", "--json"])
+            #expect(created.status == 0, "\(created.output)")
+            let streamID = try #require(try JSONValue.parse(Data(created.output.utf8))["stream_id"]?.stringValue)
+            #expect(try await Self.devState(harness)["stream_id"]?.stringValue == streamID)
+
+            let shown = try await run(["streams", "show", "dev-ssf", "--json"])
+            #expect(shown.status == 0, "\(shown.output)")
+            let stream = try JSONValue.parse(Data(shown.output.utf8))
+            #expect(stream["endpoint_url"]?.stringValue == harness.receiverURL + "/ssf/dev-ssf/events")
+            #expect(stream["status"] == "enabled")
+            #expect(stream["events_delivered"]?.arrayValue?.contains(.string(EventType.caepSessionRevoked.rawValue)) == true)
+            // The push secret went to the transmitter only.
+            #expect(!shown.output.contains("Bearer"))
+
+            #expect(try await run(["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"]).status == 0)
+            let paused = try await run(["streams", "status", "dev-ssf", "--json"])
+            #expect(try JSONValue.parse(Data(paused.output.utf8)) == ["status": "paused", "reason": "maintenance"])
+            let listed = try await run(["transmitters", "show", "dev-ssf", "--json"])
+            #expect(try JSONValue.parse(Data(listed.output.utf8))["stream"]?["status"] == "paused", "\(listed.output)")
+            #expect(try await run(["streams", "status", "dev-ssf", "sleeping"]).status == 2)
+
+            let updated = try await run(["streams", "update", "dev-ssf", "--events", "session-revoked,credential-change"])
+            #expect(updated.status == 0, "\(updated.output)")
+            #expect(
+                try await Self.devState(harness)["events_requested"]
+                    == [.string(EventType.caepSessionRevoked.rawValue), .string(EventType.caepCredentialChange.rawValue)])
+            #expect(try await run(["streams", "replace", "dev-ssf"]).status == 0)
+            #expect((try await Self.devState(harness)["events_requested"]?.arrayValue?.count ?? 0) == StreamRequest.defaultEventTypes.count)
+
+            // The transmitter keeps one stream per receiver: a second create takes the same stream over.
+            let again = try await run(["streams", "create", "dev-ssf", "--json"])
+            #expect(again.status == 0, "\(again.output)")
+            #expect(try JSONValue.parse(Data(again.output.utf8))["taken_over"] == true)
+            #expect(try JSONValue.parse(Data(again.output.utf8))["stream_id"]?.stringValue == streamID)
+
+            #expect(try await run(["streams", "delete", "dev-ssf"]).status == 0)
+            #expect(try await Self.devState(harness)["stream_id"] == .null)
+            #expect(try await run(["streams", "show", "dev-ssf"]).output.contains("no stream"))
+            #expect(try await run(["streams", "show", "google"]).status == 1)
+        }
+    }
+
+    @Test("A stream whose iss is not the transmitter's issuer is never used: it is deleted at once and the command fails")
+    func foreignStreamDeleted() async throws {
+        try await Harness.withIsolatedDatabase { harness in
+            let environment = try await Self.register(harness, name: "dev-ssf", delivery: "poll")
+            _ = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/foreign-issuer?iss=https://evil.example/")
+            let created = try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment)
+            #expect(created.status == 1 && created.output.contains("another issuer"), "\(created.output)")
+            let state = try await Self.devState(harness)
+            #expect(state["stream_id"] == .null)
+            #expect(state["deleted"]?.arrayValue?.count == 1)
+            let shown = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
+            #expect(try JSONValue.parse(Data(shown.output.utf8))["stream"] == .null, "\(shown.output)")
+        }
+    }
+
+    @Test("Access tokens are reused while they live and fetched again after they expire")
+    func accessTokenRenewal() async throws {
+        try await Harness.withIsolatedDatabase { harness in
+            let environment = try await Self.register(harness, name: "dev-ssf", delivery: "poll")
+            #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+            // Each command is a process of its own, so each fetches one token; a token that expires at once is refused
+            // by the stream API (401), and the command fetches another and goes on.
+            _ = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/token-lifetime?seconds=0")
+            let before = try await Self.devState(harness)["tokens_issued"]?.number ?? 0
+            let shown = try await runRiscReceiver(["streams", "show", "dev-ssf"], environment: environment)
+            #expect(shown.status == 1 && shown.output.contains("401"), "a token that is never live fails in the end: \(shown.output)")
+            #expect((try await Self.devState(harness)["tokens_issued"]?.number ?? 0) - before == 2, "one token, then one more after the 401")
+            _ = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/token-lifetime?seconds=3600")
+            #expect(try await runRiscReceiver(["streams", "show", "dev-ssf"], environment: environment).status == 0)
+        }
+    }
+}
