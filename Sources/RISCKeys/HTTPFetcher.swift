@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOFoundationCompat
+import NIOHTTP1
 import RISC
 
 /// A JSON document fetched over HTTP with the lifetime its `Cache-Control: max-age` grants.
@@ -82,5 +83,22 @@ enum CacheControl {
             }
         }
         return result
+    }
+}
+
+extension HTTPClient {
+    /// A call to a JSON API with a bearer token (Google's management API, a transmitter's stream endpoints): the status,
+    /// and the body (up to 1 MiB) as it came.
+    func callJSON(_ method: HTTPMethod, _ url: String, bearer: String, json: JSONValue?) async throws -> (status: Int, body: Data) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        request.headers.add(name: "Authorization", value: "Bearer \(bearer)")
+        request.headers.add(name: "Accept", value: "application/json")
+        if let json {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: json.serialized))
+        }
+        let response = try await execute(request, timeout: .seconds(30))
+        return (Int(response.status.code), Data(buffer: try await response.body.collect(upTo: 1 << 20)))
     }
 }

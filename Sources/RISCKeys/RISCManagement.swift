@@ -134,20 +134,10 @@ public struct RISCManagement: Sendable {
     private func call(_ method: HTTPMethod, _ path: String, body: JSONValue? = nil) async throws(Failure) -> JSONValue {
         let token: String
         do { token = try await key.managementToken() } catch { throw .unreachable("cannot sign the service-account JWT: \(error)") }
-        var request = HTTPClientRequest(url: baseURL + path)
-        request.method = method
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
-        request.headers.add(name: "Accept", value: "application/json")
-        if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(string: body.serialized))
-        }
         let status: Int
         let data: Data
         do {
-            let response = try await httpClient.execute(request, timeout: .seconds(30))
-            status = Int(response.status.code)
-            data = Data(buffer: try await response.body.collect(upTo: 1 << 20))
+            (status, data) = try await httpClient.callJSON(method, baseURL + path, bearer: token, json: body)
         } catch {
             throw .unreachable("cannot reach \(baseURL): \(error)")
         }

@@ -146,20 +146,10 @@ public struct StreamManagement: Sendable {
             } catch {
                 throw Failure(error.description)
             }
-            var request = HTTPClientRequest(url: url)
-            request.method = method
-            request.headers.add(name: "Authorization", value: "Bearer " + token)
-            request.headers.add(name: "Accept", value: "application/json")
-            if let json {
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(string: json.serialized))
-            }
             let status: Int
-            let body: ByteBuffer
+            let body: Data
             do {
-                let response = try await HTTPClient.withoutRedirects.execute(request, timeout: .seconds(30))
-                status = Int(response.status.code)
-                body = try await response.body.collect(upTo: 1 << 20)
+                (status, body) = try await HTTPClient.withoutRedirects.callJSON(method, url, bearer: token, json: json)
             } catch {
                 throw Failure("\(method.rawValue) \(url) failed: \(NetworkErrors.describe(error))")
             }
@@ -168,7 +158,7 @@ public struct StreamManagement: Sendable {
                 lastStatus = status
                 continue
             }
-            return (status, (try? JSONValue.parse(Array(buffer: body))) ?? .null)
+            return (status, (try? JSONValue.parse(body)) ?? .null)
         }
         throw Self.refused("\(method.rawValue) \(url) (a new access token was refused too)", lastStatus)
     }

@@ -72,7 +72,7 @@ struct AdminSubscriberRoutes<Context: RequestContext, Store: SubscriberStoring>:
     static func sealing<T>(_ call: () async throws -> T) async throws -> T {
         do {
             return try await call()
-        } catch let error as SubscriberStore.VaultKeyMissing {
+        } catch let error as VaultKeyMissing {
             throw APIError(.conflict, "vault_key_required", description: error.description)
         } catch let error as SubscriberStore.ConfiguredSubscriber {
             throw APIError(.conflict, "configured_subscriber", description: error.description)

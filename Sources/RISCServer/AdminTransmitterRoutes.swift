@@ -37,73 +37,63 @@ struct AdminTransmitterRoutes<Context: RequestContext, Store: TransmitterStoring
         }
     }
 
-    /// The fields of `transmitters add`, in snake_case; `client_secret`, `client_key` (PEM) or `bearer` is the credential.
-    struct NewTransmitterBody: Decodable {
-        var name: String?
-        var issuer: String?
-        var configURL: String?
-        var delivery: String?
+    /// The fields of `transmitters add`, in snake_case: `name`, `issuer`, `config_url`, `delivery`, `events`, and
+    /// `client_id` with `client_secret` (or `client_key`, PEM, for private_key_jwt), `token_auth`, `scope`,
+    /// `token_endpoint`; or `bearer`. The credential is sealed and never returned.
+    static func transmitter(_ body: JSONValue) throws(InvalidParameter) -> NewTransmitter {
+        guard let fields = body.objectValue else { throw InvalidParameter(name: "body", problem: "must be a JSON object") }
+        func text(_ name: String) throws(InvalidParameter) -> String? {
+            guard let value = fields[name], value != .null else { return nil }
+            guard let text = value.stringValue else { throw InvalidParameter(name: name, problem: "must be a string") }
+            return text
+        }
+        guard let name = try text("name") else { throw InvalidParameter(name: "name", problem: "is required") }
+        guard let issuer = try text("issuer") else { throw InvalidParameter(name: "issuer", problem: "is required") }
+        guard let delivery = DeliveryMethod(rawValue: try text("delivery") ?? DeliveryMethod.push.rawValue) else {
+            throw InvalidParameter(name: "delivery", problem: "must be push or poll")
+        }
         var events: [String]?
-        var clientID: String?
-        var clientSecret: String?
-        var clientKey: String?
-        var tokenAuth: String?
-        var scope: String?
-        var tokenEndpoint: String?
-        var bearer: String?
-
-        enum CodingKeys: String, CodingKey {
-            case name, issuer, delivery, events, scope, bearer
-            case configURL = "config_url"
-            case clientID = "client_id"
-            case clientSecret = "client_secret"
-            case clientKey = "client_key"
-            case tokenAuth = "token_auth"
-            case tokenEndpoint = "token_endpoint"
-        }
-
-        func transmitter() throws(InvalidParameter) -> NewTransmitter {
-            guard let name else { throw InvalidParameter(name: "name", problem: "is required") }
-            guard let issuer else { throw InvalidParameter(name: "issuer", problem: "is required") }
-            guard let delivery = DeliveryMethod(rawValue: delivery ?? DeliveryMethod.push.rawValue) else {
-                throw InvalidParameter(name: "delivery", problem: "must be push or poll")
+        if let value = fields["events"], value != .null {
+            guard let list = value.arrayValue?.compactMap(\.stringValue), list.count == value.arrayValue?.count else {
+                throw InvalidParameter(name: "events", problem: "must be a list of strings")
             }
-            let authorization: StreamAuthorization
-            if let bearer {
-                guard clientID == nil, clientSecret == nil, clientKey == nil else {
-                    throw InvalidParameter(name: "bearer", problem: "is given alone, without client credentials")
+            events = list
+        }
+        let (clientID, clientSecret, clientKey) = (try text("client_id"), try text("client_secret"), try text("client_key"))
+        let authorization: StreamAuthorization
+        if let bearer = try text("bearer") {
+            guard clientID == nil, clientSecret == nil, clientKey == nil else {
+                throw InvalidParameter(name: "bearer", problem: "is given alone, without client credentials")
+            }
+            authorization = .bearer(token: bearer)
+        } else {
+            guard let clientID else { throw InvalidParameter(name: "client_id", problem: "is required without bearer") }
+            let method: StreamAuthorization.ClientAuthentication
+            if let tokenAuth = try text("token_auth") {
+                guard let given = StreamAuthorization.ClientAuthentication(rawValue: tokenAuth) else {
+                    throw InvalidParameter(name: "token_auth", problem: "must be client_secret_basic, client_secret_post or private_key_jwt")
                 }
-                authorization = .bearer(token: bearer)
+                method = given
             } else {
-                guard let clientID else { throw InvalidParameter(name: "client_id", problem: "is required without bearer") }
-                let method: StreamAuthorization.ClientAuthentication
-                if let tokenAuth {
-                    guard let given = StreamAuthorization.ClientAuthentication(rawValue: tokenAuth) else {
-                        throw InvalidParameter(name: "token_auth", problem: "must be client_secret_basic, client_secret_post or private_key_jwt")
-                    }
-                    method = given
-                } else {
-                    method = clientKey != nil ? .privateKeyJWT : .clientSecretBasic
-                }
-                let secret = method == .privateKeyJWT ? clientKey : clientSecret
-                guard let secret else {
-                    throw InvalidParameter(
-                        name: method == .privateKeyJWT ? "client_key" : "client_secret", problem: "is required for \(method.rawValue)")
-                }
-                authorization = .clientCredentials(
-                    clientID: clientID, method: method, secret: secret, scope: scope ?? StreamAuthorization.defaultScope,
-                    tokenEndpoint: tokenEndpoint)
+                method = clientKey != nil ? .privateKeyJWT : .clientSecretBasic
             }
-            return try NewTransmitter(
-                name: name, issuer: issuer, configURL: configURL, delivery: delivery, events: events, authorization: authorization)
+            let secretField = method == .privateKeyJWT ? "client_key" : "client_secret"
+            guard let secret = method == .privateKeyJWT ? clientKey : clientSecret else {
+                throw InvalidParameter(name: secretField, problem: "is required for \(method.rawValue)")
+            }
+            authorization = .clientCredentials(
+                clientID: clientID, method: method, secret: secret, scope: try text("scope") ?? StreamAuthorization.defaultScope,
+                tokenEndpoint: try text("token_endpoint"))
         }
+        return try NewTransmitter(
+            name: name, issuer: issuer, configURL: try text("config_url"), delivery: delivery, events: events, authorization: authorization)
     }
 
     func add(_ request: Request, context: Context) async throws -> Response {
-        let body = try await request.decode(as: NewTransmitterBody.self, context: context)
+        let body = try await request.decode(as: JSONValue.self, context: context)
         let transmitter: NewTransmitter
         do throws(InvalidParameter) {
-            transmitter = try body.transmitter()
+            transmitter = try Self.transmitter(body)
         } catch {
             throw AdminAPI.invalid(error)
         }
@@ -113,7 +103,7 @@ struct AdminTransmitterRoutes<Context: RequestContext, Store: TransmitterStoring
             throw APIError(.unprocessableContent, "metadata_refused", description: error.description)
         } catch let error as TransmitterStore.AlreadyRegistered {
             throw APIError(.conflict, "already_registered", description: error.description)
-        } catch let error as TransmitterStore.VaultKeyMissing {
+        } catch let error as VaultKeyMissing {
             throw APIError(.conflict, "vault_key_required", description: error.description)
         }
     }

@@ -6,7 +6,7 @@ import RISC
 /// The subscribers the app's services registered to hear of actions: their URLs, the action kinds each wants, and
 /// their signing secrets, sealed at rest (RISC_VAULT_KEY), rotated, and kept to RISC_SUBSCRIBERS' list for the
 /// configured ones. Their notifications are the outbox's (`NotificationOutbox`).
-public struct SubscriberStore: BoundedStore {
+public struct SubscriberStore: SealingStore {
     let client: PostgresClient
     let logger: Logger
     /// Each call's bound (RISC_DATABASE_TIMEOUT), the same for the admin API, the CLI and the dispatchers.
@@ -24,15 +24,7 @@ public struct SubscriberStore: BoundedStore {
         public var description: String { "the subscriber comes from RISC_SUBSCRIBERS: change its secret there" }
     }
 
-    /// Adding a subscriber, or giving it a new secret, needs the vault key.
-    public struct VaultKeyMissing: Error, CustomStringConvertible {
-        public var description: String { "RISC_VAULT_KEY is not set: subscribers' secrets are stored sealed with it" }
-    }
-
-    private func requireCipher() throws -> VaultCipher {
-        guard let cipher else { throw VaultKeyMissing() }
-        return cipher
-    }
+    static let secrets = "subscribers' secrets"
 
     /// Adds a subscriber, its secret sealed; it hears of actions taken from now on. Returns its id.
     public func add(_ subscriber: NewSubscriber) async throws -> Int64 {

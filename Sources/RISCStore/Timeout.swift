@@ -1,5 +1,6 @@
 import Logging
 import PostgresNIO
+import RISC
 import Synchronization
 
 public struct TimeoutError: Error {
@@ -203,5 +204,26 @@ protocol BoundedStore: Sendable {
 extension BoundedStore {
     func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await client.withConnection(timeout: timeout, body)
+    }
+}
+
+/// Adding or using a secret sealed with the vault key (a subscriber's, a transmitter's credential) needs the key.
+public struct VaultKeyMissing: Error, CustomStringConvertible {
+    /// Whose secrets: "subscribers' secrets", "transmitters' credentials".
+    let secrets: String
+    public var description: String { "RISC_VAULT_KEY is not set: \(secrets) are stored sealed with it" }
+}
+
+/// A bounded store that seals what it keeps with RISC_VAULT_KEY; nil without the key.
+protocol SealingStore: BoundedStore {
+    var cipher: VaultCipher? { get }
+    /// Whose secrets, for `VaultKeyMissing`.
+    static var secrets: String { get }
+}
+
+extension SealingStore {
+    func requireCipher() throws -> VaultCipher {
+        guard let cipher else { throw VaultKeyMissing(secrets: Self.secrets) }
+        return cipher
     }
 }

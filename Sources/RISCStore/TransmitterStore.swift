@@ -5,7 +5,7 @@ import RISC
 
 /// The Shared Signals transmitters besides Google's: what each is (issuer, metadata, delivery, events), how the service
 /// authorises its calls to it (the credential sealed with RISC_VAULT_KEY), and the stream it manages there.
-public struct TransmitterStore: BoundedStore {
+public struct TransmitterStore: SealingStore {
     let client: PostgresClient
     let logger: Logger
     let timeout: Duration
@@ -16,20 +16,12 @@ public struct TransmitterStore: BoundedStore {
         (self.client, self.timeout, self.cipher, self.logger) = (client, timeout, cipher, logger)
     }
 
-    /// Adding a transmitter, or using its credential, needs the vault key.
-    public struct VaultKeyMissing: Error, CustomStringConvertible {
-        public var description: String { "RISC_VAULT_KEY is not set: transmitters' credentials are stored sealed with it" }
-    }
+    static let secrets = "transmitters' credentials"
 
     /// A transmitter of that name, or with that issuer, is already registered.
     public struct AlreadyRegistered: Error, CustomStringConvertible {
         public let name: String
         public var description: String { "a transmitter named \(name), or with that issuer, is already registered" }
-    }
-
-    private func requireCipher() throws -> VaultCipher {
-        guard let cipher else { throw VaultKeyMissing() }
-        return cipher
     }
 
     /// Registers a transmitter whose metadata was read from `configURL` and checked. Its stream is created apart.

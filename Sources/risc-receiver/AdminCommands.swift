@@ -45,7 +45,7 @@ struct AdminOptions: ParsableArguments {
                     SubscriberStore(client: client, timeout: timeout, cipher: cipher, logger: logger),
                     NotificationOutbox(client: client, timeout: timeout, cipher: cipher, logger: logger))
             }
-        } catch let error as SubscriberStore.VaultKeyMissing {
+        } catch let error as VaultKeyMissing {
             throw Bootstrap.fail(error.description)
         } catch let error as SubscriberStore.ConfiguredSubscriber {
             throw Bootstrap.fail(error.description)
@@ -63,7 +63,7 @@ struct AdminOptions: ParsableArguments {
                 let store = TransmitterStore(client: client, timeout: timeout, cipher: cipher, logger: logger)
                 return try await body(TransmitterRegistry(store: store, googleConfigurationURL: googleURL))
             }
-        } catch let error as TransmitterStore.VaultKeyMissing {
+        } catch let error as VaultKeyMissing {
             throw Bootstrap.fail(error.description)
         } catch let error as TransmitterStore.AlreadyRegistered {
             throw Bootstrap.fail(error.description)
