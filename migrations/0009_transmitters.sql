@@ -46,6 +46,8 @@ CREATE TABLE risc_stream_verifications (
     transmitter  text        NOT NULL REFERENCES risc_transmitters (name) ON DELETE CASCADE,
     state        text        NOT NULL,
     requested_at timestamptz NOT NULL DEFAULT now(),
+    -- The verification SET that carried it: a redelivery of that SET is accepted again; another SET with the state is not.
     arrived_at   timestamptz,
+    arrived_jti  text,
     PRIMARY KEY (transmitter, state)
 );

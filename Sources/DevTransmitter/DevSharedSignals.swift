@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import NIOCore
@@ -66,6 +67,8 @@ extension DevTransmitter {
                 "verification_endpoint": .string(issuer + "/verify"), "add_subject_endpoint": .string(issuer + "/subjects:add"),
                 "remove_subject_endpoint": .string(issuer + "/subjects:remove"),
                 "authorization_schemes": [["spec_urn": "urn:ietf:rfc:6749"]],
+                // A complex subject's tenant must be understood to act on an event (SSF 1.0's critical members).
+                "critical_subject_members": ["tenant"],
             ])
         }
         // RFC 8414: the authorization server's metadata, its name inserted before the issuer's path.
@@ -95,6 +98,14 @@ extension DevTransmitter {
         }
         router.delete("/ssf/streams") { request, _ in
             try await ssf.authorized(request) { ssf.delete(request) }
+        }
+        router.post("/ssf/verify") { request, _ in
+            try await ssf.authorized(request) { try await ssf.verify(request, issuer: self.sharedSignalsIssuer, client: self.httpClient) }
+        }
+        // Tests: sign an event for the stream and push it as the stream's delivery says.
+        router.post("/dev/ssf/send") { request, _ in
+            guard let body = try await DevSharedSignals.body(request)?.objectValue else { return DevSharedSignals.failure(.badRequest) }
+            return try await ssf.send(body, issuer: self.sharedSignalsIssuer, client: self.httpClient)
         }
         router.get("/ssf/status") { request, _ in
             try await ssf.authorized(request) { ssf.status(request) }
@@ -293,4 +304,73 @@ extension DevSharedSignals {
     }
 
     static func failure(_ status: HTTPResponse.Status) -> Response { Response(status: status) }
+
+    /// §8.1.4: 204 at once; the verification event follows on the stream, carrying the state (when given).
+    func verify(_ request: Request, issuer: String, client: HTTPClient) async throws -> Response {
+        guard let body = try await Self.body(request)?.objectValue, let id = body["stream_id"]?.stringValue else {
+            return Self.failure(.badRequest)
+        }
+        guard let stream = state.withLock({ $0.stream }), stream.id == id else { return Self.failure(.notFound) }
+        state.withLock { $0.verificationStates.append(body["state"]?.stringValue ?? "") }
+        var event: [String: JSONValue] = [:]
+        if let state = body["state"]?.stringValue { event["state"] = .string(state) }
+        let claims = claims(
+            stream, issuer: issuer, type: EventType.ssfVerification.rawValue, event: event, subject: ["format": "opaque", "id": .string(id)])
+        Task { _ = try? await self.push(claims, to: stream, client: client) }
+        return Response(status: .noContent)
+    }
+
+    func claims(_ stream: Stream, issuer: String, type: String, event: [String: JSONValue], subject: JSONValue) -> JSONValue {
+        [
+            "iss": .string(issuer), "aud": .string(stream.audience), "iat": .number(Date().timeIntervalSince1970.rounded(.down)),
+            "jti": .string(Self.random()), "sub_id": subject, "events": .object([type: .object(event)]),
+        ]
+    }
+
+    /// Signs and pushes as RFC 8935 says, with the stream's authorization header exactly as the receiver gave it.
+    func push(
+        _ claims: JSONValue, to stream: Stream, client: HTTPClient, authorization: String? = nil, typ: String? = "secevent+jwt", kid: String? = nil,
+        badSignature: Bool = false
+    ) async throws -> (status: Int, body: String) {
+        guard let url = stream.delivery["endpoint_url"]?.stringValue else { throw HTTPError(.conflict, message: "the stream is not a push stream") }
+        var token = try await keys.sign(claims: claims, typ: typ, kid: kid)
+        if badSignature {
+            // Another signature of the same length: the key's, over other bytes.
+            let other = try await keys.sign(claims: ["other": true], typ: typ, kid: kid)
+            token = token.split(separator: ".").prefix(2).joined(separator: ".") + "." + (other.split(separator: ".").last ?? "")
+        }
+        var post = HTTPClientRequest(url: url)
+        post.method = .POST
+        post.headers.add(name: "Content-Type", value: "application/secevent+jwt")
+        post.headers.add(name: "Accept", value: "application/json")
+        if let header = authorization ?? stream.delivery["authorization_header"]?.stringValue, !header.isEmpty {
+            post.headers.add(name: "Authorization", value: header)
+        }
+        post.body = .bytes(ByteBuffer(string: token))
+        let response = try await client.execute(post, timeout: .seconds(30))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        return (Int(response.status.code), String(buffer: body))
+    }
+
+    /// `{"type": short name or URI, "sub_id": {...}?, "event": {...}?, "aud"?, "iss"?, "jti"?, "typ"?, "kid"?, "authorization"?,
+    /// "bad_signature"?}`: one
+    /// event for the stream; what a test needs to change is named. Answers `{"status", "body", "jti"}`.
+    func send(_ body: [String: JSONValue], issuer: String, client: HTTPClient) async throws -> Response {
+        guard var stream = state.withLock({ $0.stream }) else { throw HTTPError(.conflict, message: "no stream") }
+        guard let name = body["type"]?.stringValue else { throw HTTPError(.badRequest, message: "type is required") }
+        let type = EventType(uriOrShortName: name)?.rawValue ?? name
+        if let audience = body["aud"]?.stringValue { stream.audience = audience }
+        var claims = claims(
+            stream, issuer: body["iss"]?.stringValue ?? issuer, type: type, event: body["event"]?.objectValue ?? [:],
+            subject: body["sub_id"] ?? ["format": "opaque", "id": .string(stream.id)])
+        if let jti = body["jti"]?.stringValue, var object = claims.objectValue {
+            object["jti"] = .string(jti)
+            claims = .object(object)
+        }
+        let typ = body["typ"].map { $0 == .null ? nil : $0.stringValue } ?? "secevent+jwt"
+        let (status, answer) = try await push(
+            claims, to: stream, client: client, authorization: body["authorization"]?.stringValue, typ: typ, kid: body["kid"]?.stringValue,
+            badSignature: body["bad_signature"] == true)
+        return DevTransmitter.json(["status": .number(Double(status)), "body": .string(answer), "jti": claims["jti"] ?? .null])
+    }
 }

@@ -74,6 +74,10 @@ public enum AccountAction: Sendable, Equatable {
     /// token-revoked event only names tokens issued to those clients.
     public static func actions(for event: SecurityEvent, audience: [String]) -> [AccountAction] {
         guard let type = event.type else { return [.skip(reason: "unknown event type")] }
+        guard event.unprocessedCriticalMembers.isEmpty else {
+            let members = event.unprocessedCriticalMembers.joined(separator: ", ")
+            return [.skip(reason: "the subject has critical members this receiver does not understand: \(members)")]
+        }
         if type == .verification || type == .ssfVerification { return [.recordVerification(state: event.state)] }
         // The stream's status is recorded with the stream as the event is received; no user is named.
         if type == .ssfStreamUpdated { return [.skip(reason: "a stream status change names no user")] }

@@ -11,6 +11,9 @@ public struct SecurityEvent: Sendable, Equatable {
     public var state: String?
     /// `stream-updated`: the stream's new status (`enabled`, `paused`, `disabled`); `reason` holds the reason given.
     public var status: String?
+    /// Members of the subject that its transmitter marks critical and this receiver does not understand: the event is
+    /// stored and not acted on (Shared Signals' receiver subject processing).
+    public var unprocessedCriticalMembers: [String] = []
 
     public init(typeURI: String, type: EventType?, subject: Subject?, reason: String? = nil, state: String? = nil, status: String? = nil) {
         self.typeURI = typeURI
@@ -35,6 +38,9 @@ public struct SecurityEvent: Sendable, Equatable {
         if let reason { object["reason"] = .string(reason) }
         if let state { object["state"] = .string(state) }
         if let status { object["status"] = .string(status) }
+        if !unprocessedCriticalMembers.isEmpty {
+            object["unprocessed_critical_members"] = .array(unprocessedCriticalMembers.map(JSONValue.string))
+        }
         return .object(object)
     }
 
@@ -44,6 +50,7 @@ public struct SecurityEvent: Sendable, Equatable {
         self.init(
             typeURI: typeURI, type: EventType(rawValue: typeURI), subject: json["subject"].flatMap(Subject.init(json:)),
             reason: json["reason"]?.stringValue, state: json["state"]?.stringValue, status: json["status"]?.stringValue)
+        unprocessedCriticalMembers = json["unprocessed_critical_members"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
     /// Reads a stored `events` array; nil unless every member is a stored event.

@@ -34,7 +34,7 @@ public struct SecurityEventToken: Sendable {
     public let issuedAt: Date
     public let jti: String
     public let audience: [String]
-    public let events: [SecurityEvent]
+    public private(set) var events: [SecurityEvent]
     /// The payload JSON exactly as signed (no signature), kept as the stored record of the claims.
     public let payloadJSON: Data
     /// What the signature covers (`header.payload`, as sent) and the decoded signature.
@@ -155,6 +155,17 @@ public struct SecurityEventToken: Sendable {
         guard audience.contains(where: policy.audiences.contains) else {
             throw SETRejection(.invalidAudience, "the audience is not one of this receiver's client IDs")
         }
+    }
+
+    /// The same SET, each event marked with the members of its subject that `critical` names and this receiver does
+    /// not understand: such an event is stored and not acted on.
+    public func markingUnprocessedCriticalMembers(_ critical: [String]) -> SecurityEventToken {
+        guard !critical.isEmpty else { return self }
+        var marked = self
+        for index in marked.events.indices {
+            marked.events[index].unprocessedCriticalMembers = marked.events[index].subject?.unprocessedCriticalMembers(critical) ?? []
+        }
+        return marked
     }
 
     /// The first recognised event, which decides what the SET does; nil when all are unknown.

@@ -29,7 +29,11 @@ public func buildApplication(
     ).addRoutes(to: router)
     ReceiverController<AppRequestContext, EventInbox>(
         verifier: SETVerifier(keys: dependencies.transmitterKeys, policy: dependencies.setPolicy),
-        inbox: dependencies.inbox
+        inbox: dependencies.inbox,
+        streams: StreamReceivers(
+            store: TransmitterStore(client: dependencies.postgres, timeout: dependencies.databaseTimeout, logger: logger),
+            allowedAlgorithms: configuration.allowedAlgorithms, unknownKidRefetchInterval: dependencies.unknownKidRefetchInterval,
+            logger: logger)
     ).addRoutes(to: router)
     SessionController<AppRequestContext, SessionStore>(
         verifier: IDTokenVerifier(keys: dependencies.identityProvider, policy: dependencies.idTokenPolicy),

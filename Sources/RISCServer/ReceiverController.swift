@@ -8,32 +8,49 @@ import RISCMetrics
 import RISCStore
 import Tracing
 
-/// `POST /risc/events`: RFC 8935 push delivery. Verifies the SET, commits it, and only then answers 202.
+/// `POST /risc/events`: RFC 8935 push delivery from Google. Verifies the SET, commits it, and only then answers 202.
+/// With `streams`, also `POST /ssf/{name}/events`, each Shared Signals transmitter's push stream.
 public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Sendable {
     let verifier: SETVerifier
     let inbox: Inbox
+    let streams: StreamReceivers?
 
-    public init(verifier: SETVerifier, inbox: Inbox) {
+    public init(verifier: SETVerifier, inbox: Inbox, streams: StreamReceivers? = nil) {
         self.verifier = verifier
         self.inbox = inbox
+        self.streams = streams
     }
 
     public func addRoutes(to router: Router<Context>) {
         router.post("/risc/events") { request, context in
-            await self.receive(request, context: context)
+            await self.counted {
+                await self.receive(request, logger: context.logger) { compact throws(SETVerifier.Failure) in
+                    try await self.verifier.verify(compact)
+                }
+            }
+        }
+        if let streams {
+            router.post("/ssf/:name/events") { request, context in
+                await self.counted { await streams.receive(request, context: context, controller: self) }
+            }
         }
     }
 
-    func receive(_ request: Request, context: Context) async -> Response {
+    func counted(_ receive: () async -> (Response, String, String)) async -> Response {
         let started = ContinuousClock.now
-        let (response, eventType, outcome) = await receive(request, logger: context.logger)
+        let (response, eventType, outcome) = await receive()
         ServiceMetrics.setReceived(eventType: eventType, outcome: outcome)
         ServiceMetrics.ingestDuration(ContinuousClock.now - started, outcome: outcome)
         return response
     }
 
-    /// The answer, and the event type and outcome it is counted under.
-    func receive(_ request: Request, logger: Logger) async -> (Response, String, String) {
+    /// The answer, and the event type and outcome it is counted under. `verify` checks the SET as its route requires;
+    /// `stored` runs once it is committed.
+    func receive(
+        _ request: Request, logger: Logger,
+        verify: (String) async throws(SETVerifier.Failure) -> SecurityEventToken,
+        stored: (SecurityEventToken) async -> Void = { _ in }
+    ) async -> (Response, String, String) {
         var request = request
         let body: ByteBuffer
         do {
@@ -48,7 +65,7 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
 
         let verified = await TraceContext.span("verify SET") { span -> Result<SecurityEventToken, SETVerifier.Failure> in
             do throws(SETVerifier.Failure) {
-                let token = try await verifier.verify(compact)
+                let token = try await verify(compact)
                 span?.updateAttributes { attributes in
                     // From the request, even if signed: cut like every attribute a caller sends.
                     attributes["risc.set.kid"] = TraceContext.attribute(token.header.kid)
@@ -91,6 +108,7 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
                 span?.attributes["risc.set.outcome"] = outcome == .duplicate ? "duplicate" : "stored"
                 return outcome
             }
+            await stored(token)
             // Debug, not info: the database keeps the audit trail (each event and every action it took), and
             // `risc_sets_received_total` counts them; a line per SET cost the default `serve` a fifth of its rate.
             logger.debug(

@@ -14,6 +14,8 @@ public struct ServiceDependencies: Sendable {
     public let databaseConnections: Int
     public let inbox: EventInbox
     public let transmitterKeys: IssuerKeys
+    /// How soon an unknown `kid` may fetch a transmitter's keys again (Google's, and each Shared Signals transmitter's).
+    public let unknownKidRefetchInterval: Double
     public let setPolicy: SETPolicy
     /// Google's OpenID provider: ID-token keys, token and revocation endpoints.
     public let identityProvider: IssuerKeys
@@ -55,6 +57,7 @@ public struct ServiceDependencies: Sendable {
         var keySettings = IssuerKeys.Settings(
             discoveryURL: configuration.riscConfigurationURL, allowedAlgorithms: configuration.allowedAlgorithms)
         keySettings.unknownKidRefetchInterval = unknownKidRefetchInterval
+        self.unknownKidRefetchInterval = unknownKidRefetchInterval
         transmitterKeys = IssuerKeys(settings: keySettings, logger: logger, clock: keyClock)
         setPolicy = SETPolicy(allowedAlgorithms: configuration.allowedAlgorithms, audiences: Set(configuration.clientIDs))
 

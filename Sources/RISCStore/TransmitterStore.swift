@@ -182,6 +182,72 @@ extension TransmitterStore {
     }
 }
 
+extension TransmitterStore {
+    /// What receiving a push on a transmitter's stream needs; nil without a push stream.
+    public struct PushStream: Sendable {
+        public let name: TransmitterName
+        public let issuer: String
+        public let configURL: String
+        public let streamID: String
+        public let audience: [String]
+        public let secretHash: Data
+        public let criticalSubjectMembers: [String]
+    }
+
+    public func pushStream(named name: TransmitterName) async throws -> PushStream? {
+        try await bounded { connection in
+            var found: PushStream?
+            for try await (issuer, configURL, streamID, audience, hash, critical) in try await connection.query(
+                """
+                SELECT issuer, config_url, stream_id, stream_audience, push_secret_hash,
+                       coalesce(ARRAY(SELECT jsonb_array_elements_text(metadata -> 'critical_subject_members')), '{}')
+                  FROM risc_transmitters
+                 WHERE name = \(name.value) AND delivery = 'push' AND stream_id IS NOT NULL AND push_secret_hash IS NOT NULL
+                """, logger: logger
+            ).decode((String, String, String, [String]?, Data, [String]).self) {
+                found = PushStream(
+                    name: name, issuer: issuer, configURL: configURL, streamID: streamID, audience: audience ?? [], secretHash: hash,
+                    criticalSubjectMembers: critical)
+            }
+            return found
+        }
+    }
+
+    /// A verification state the service asks the transmitter to echo.
+    public func requestVerification(of name: TransmitterName, state: String) async throws {
+        _ = try await bounded { connection in
+            try await connection.query(
+                "INSERT INTO risc_stream_verifications (transmitter, state) VALUES (\(name.value), \(state))", logger: logger)
+        }
+    }
+
+    /// Marks `state` as arrived in the SET `jti`. False when the service never asked for it, or another SET already
+    /// brought it (a redelivery of the same SET is accepted again).
+    public func verificationArrived(of name: TransmitterName, state: String, jti: String) async throws -> Bool {
+        try await bounded { connection in
+            let rows = try await connection.values(
+                """
+                UPDATE risc_stream_verifications SET arrived_at = coalesce(arrived_at, now()), arrived_jti = \(jti)
+                 WHERE transmitter = \(name.value) AND state = \(state) AND (arrived_jti IS NULL OR arrived_jti = \(jti))
+                RETURNING state
+                """, as: String.self, logger: logger)
+            return !rows.isEmpty
+        }
+    }
+
+    /// Whether the verification asked for with `state` has arrived.
+    public func verificationHasArrived(of name: TransmitterName, state: String) async throws -> Bool {
+        try await bounded { connection in
+            let rows = try await connection.values(
+                """
+                SELECT state FROM risc_stream_verifications
+                 WHERE transmitter = \(name.value) AND state = \(state) AND arrived_at IS NOT NULL
+                """, as: String.self, logger: logger)
+            return !rows.isEmpty
+        }
+    }
+}
+
 /// One transmitter as the admin API and `transmitters list|show --json` show it: never its credential.
 public struct TransmitterRecord: Sendable, Equatable, Encodable {
     public struct Stream: Sendable, Equatable, Encodable {

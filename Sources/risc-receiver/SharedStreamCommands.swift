@@ -9,8 +9,11 @@ import RISCStore
 /// The stream the service manages at each Shared Signals transmitter (Google's is the `stream` command's).
 struct Streams: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "The stream at a Shared Signals transmitter: create, show, update, replace, delete, status.",
-        subcommands: [StreamsCreate.self, StreamsShow.self, StreamsUpdate.self, StreamsReplace.self, StreamsDelete.self, StreamsStatus.self])
+        abstract: "The stream at a Shared Signals transmitter: create, show, update, replace, delete, status, verify.",
+        subcommands: [
+            StreamsCreate.self, StreamsShow.self, StreamsUpdate.self, StreamsReplace.self, StreamsDelete.self, StreamsStatus.self,
+            StreamsVerify.self,
+        ])
 }
 
 /// What every `streams` command does first: the transmitter's record and a client for its stream endpoints.
@@ -277,5 +280,48 @@ struct StreamsStatus: AsyncParsableCommand {
             return options.printJSON(json)
         }
         print("\(name): \(current.state.rawValue)\(current.reason.map { " (\($0))" } ?? "")")
+    }
+}
+
+struct StreamsVerify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Ask the transmitter for a verification event with a fresh random state; with --wait, wait until it is stored.",
+        discussion: EnvironmentHelp.database)
+    @Argument(help: "The transmitter's name.") var name: String
+    @Flag(help: "Wait until the verification event has arrived and is stored.") var wait = false
+    @Option(help: "Seconds to wait (default 60).") var timeout: Int = 60
+    @OptionGroup var options: AdminOptions
+
+    func validate() throws {
+        guard (1...3600).contains(timeout) else { throw ValidationError("--timeout must be 1 to 3600 seconds") }
+    }
+
+    func run() async throws {
+        let state = Base64URL.random(bytes: 16)
+        let (wait, timeout) = (self.wait, self.timeout)
+        let waited = try await StreamContext.with(name, options: options) { context -> Duration? in
+            let streamID = try context.streamID
+            // Recorded first: the event may arrive before the transmitter has answered.
+            try await context.store.requestVerification(of: context.name, state: state)
+            let started = ContinuousClock.now
+            do {
+                try await context.management.verify(streamID: streamID, state: state)
+            } catch {
+                throw context.fail(error)
+            }
+            guard wait else { return nil }
+            while ContinuousClock.now - started < .seconds(timeout) {
+                if try await context.store.verificationHasArrived(of: context.name, state: state) { return ContinuousClock.now - started }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            throw Bootstrap.fail("\(context.name): no verification event with state \(state) arrived within \(timeout) s")
+        }
+        if let waited {
+            print(
+                "\(name): verification with state \(state) arrived and stored after \(waited.formatted(.units(allowed: [.seconds, .milliseconds])))")
+        } else {
+            print("\(name): verification asked for, with state \(state)")
+        }
     }
 }

@@ -187,4 +187,92 @@ struct TransmitterTests {
             #expect(try await runRiscReceiver(["streams", "show", "dev-ssf"], environment: environment).status == 0)
         }
     }
+
+    /// Pushes one event through this harness's Shared Signals transmitter (`/dev/ssf/send`): the status and the error
+    /// code the receiver answered, and the SET's jti.
+    static func push(_ harness: Harness, _ request: JSONValue) async throws -> (status: Int, err: String?, jti: String) {
+        let reply = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/send", json: request)
+        #expect(reply.status == 200, "\(reply.body)")
+        let body = reply.json["body"]?.stringValue ?? ""
+        let err = body.isEmpty ? nil : (try? JSONValue.parse(Data(body.utf8)))?["err"]?.stringValue
+        return (Int(reply.json["status"]?.number ?? 0), err, reply.json["jti"]?.stringValue ?? "")
+    }
+
+    static func storedCount(_ harness: Harness, issuer: String) async throws -> Int {
+        var count = 0
+        for try await value in try await harness.database.query(
+            "SELECT count(*)::int4 FROM risc_events WHERE issuer = \(issuer)", logger: Harness.logger
+        ).decode(Int32.self) { count = Int(value) }
+        return count
+    }
+
+    @Test("A push stream receives with the transmitter's keys, issuer and audience; each refusal has its RFC 8935 code")
+    func pushReceiving() async throws {
+        var options = Harness.Options()
+        options.worker = true
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let environment = try await Self.register(harness, name: "dev-ssf", delivery: "push")
+            #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+            let issuer = harness.transmitter.sharedSignalsIssuer
+            let googleSubject = { (sub: String) -> JSONValue in ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(sub)] }
+
+            // A CAEP session-revoked about a Google user ends the user's sessions.
+            let sub = "ssf-\(UUID().uuidString)"
+            let session = try await harness.newSession(sub: sub)
+            let revoked = try await Self.push(harness, ["type": "session-revoked", "sub_id": googleSubject(sub)])
+            #expect(revoked.status == 202 && revoked.err == nil)
+            try await eventually("the session is revoked") { try await harness.checkSession(session).status == 401 }
+            // A redelivery is answered 202 again and stored once.
+            let again = try await Self.push(harness, ["type": "session-revoked", "sub_id": googleSubject(sub), "jti": .string(revoked.jti)])
+            #expect(again.status == 202)
+            let stored = try await Self.storedCount(harness, issuer: issuer)
+            #expect(stored == 1)
+
+            // Refused, and nothing stored: each with the code a transmitter can act on.
+            for (request, status, err) in [
+                (["type": "session-revoked", "authorization": "Bearer not-the-secret"] as JSONValue, 401, "authentication_failed"),
+                (["type": "session-revoked", "authorization": ""], 401, "authentication_failed"),
+                (["type": "session-revoked", "bad_signature": true], 400, "invalid_key"),
+                (["type": "session-revoked", "iss": "https://another.example/ssf"], 400, "invalid_issuer"),
+                (["type": "session-revoked", "aud": "https://not-this-stream.example"], 400, "invalid_audience"),
+                (["type": "session-revoked", "typ": "JWT"], 400, "invalid_request"),
+                (["type": "ssf-verification", "event": ["state": "never-asked-for"]], 400, "invalid_state"),
+                (["type": "ssf-verification", "sub_id": ["format": "opaque", "id": "another-stream"]], 400, "invalid_request"),
+            ] {
+                let refused = try await Self.push(harness, request)
+                #expect(refused.status == status && refused.err == err, "\(request): \(refused)")
+            }
+            #expect(try await Self.storedCount(harness, issuer: issuer) == stored)
+            // The route is the transmitter's own: an unknown name is 404.
+            #expect(try await harness.call(.POST, "/ssf/nobody/events").status == 404)
+
+            // A verification without state is accepted and recorded; one the service asked for completes `verify --wait`.
+            #expect(try await Self.push(harness, ["type": "ssf-verification"]).status == 202)
+            let verified = try await runRiscReceiver(["streams", "verify", "dev-ssf", "--wait", "--timeout", "30"], environment: environment)
+            #expect(verified.status == 0 && verified.output.contains("arrived"), "\(verified.output)")
+
+            // stream-updated records the status the transmitter reports.
+            let updated = try await Self.push(harness, ["type": "stream-updated", "event": ["status": "paused", "reason": "maintenance"]])
+            #expect(updated.status == 202)
+            let shown = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
+            let stream = try JSONValue.parse(Data(shown.output.utf8))["stream"]
+            #expect(stream?["status"] == "paused" && stream?["status_reason"] == "maintenance", "\(shown.output)")
+
+            // A subject with a critical member the service does not understand (the tenant): stored, not acted on.
+            let other = "ssf-\(UUID().uuidString)"
+            let otherSession = try await harness.newSession(sub: other)
+            let critical = try await Self.push(
+                harness,
+                [
+                    "type": "session-revoked",
+                    "sub_id": ["format": "complex", "user": googleSubject(other), "tenant": ["format": "opaque", "id": "t-1"]],
+                ])
+            #expect(critical.status == 202)
+            try await eventually("the event is done") {
+                try await harness.call(.GET, "/admin/v1/events?sub=\(other)", bearer: Harness.adminToken).json["events"]?.arrayValue?.first?["status"]
+                    == "done"
+            }
+            #expect(try await harness.checkSession(otherSession).status == 200, "not acted on")
+        }
+    }
 }

@@ -1,0 +1,113 @@
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import RISC
+import RISCKeys
+import RISCStore
+
+/// Receiving on the Shared Signals transmitters' push streams (`POST /ssf/{name}/events`): each transmitter with its
+/// own keys (from its metadata's `jwks_uri`), issuer and stream audience. A push must carry the authorization header
+/// the stream was created with; then the SET is checked by Google's rules and the stream's (`typ`, verification
+/// subject and state), stored, and a `stream-updated` recorded.
+public actor StreamReceivers {
+    let store: TransmitterStore
+    let allowedAlgorithms: Set<String>
+    let unknownKidRefetchInterval: TimeInterval
+    let logger: Logger
+    /// One key cache per transmitter, kept across reloads of its record (keyed by its metadata URL too, so a
+    /// transmitter registered again under the same name starts afresh).
+    private var keys: [String: IssuerKeys] = [:]
+    private var streams: [TransmitterName: (stream: TransmitterStore.PushStream?, loaded: ContinuousClock.Instant)] = [:]
+    /// How long a stream's record is used before it is read again (a stream created or replaced meanwhile).
+    static let reloadInterval: Duration = .seconds(2)
+
+    public init(store: TransmitterStore, allowedAlgorithms: Set<String>, unknownKidRefetchInterval: TimeInterval = 30, logger: Logger) {
+        (self.store, self.allowedAlgorithms, self.unknownKidRefetchInterval, self.logger) =
+            (store, allowedAlgorithms, unknownKidRefetchInterval, logger)
+    }
+
+    func stream(named name: TransmitterName) async throws -> (TransmitterStore.PushStream, SETVerifier)? {
+        let now = ContinuousClock.now
+        let stream: TransmitterStore.PushStream?
+        if let cached = streams[name], now - cached.loaded < Self.reloadInterval {
+            stream = cached.stream
+        } else {
+            stream = try await store.pushStream(named: name)
+            streams[name] = (stream, now)
+        }
+        guard let stream else { return nil }
+        let keyName = "\(name.value) \(stream.configURL)"
+        let issuerKeys: IssuerKeys
+        if let existing = keys[keyName] {
+            issuerKeys = existing
+        } else {
+            // The transmitter's metadata names its issuer and jwks_uri, as a RISC discovery document does.
+            var settings = IssuerKeys.Settings(discoveryURL: stream.configURL, allowedAlgorithms: allowedAlgorithms)
+            settings.unknownKidRefetchInterval = unknownKidRefetchInterval
+            settings.metricsLabel = "ssf"
+            issuerKeys = IssuerKeys(settings: settings, logger: logger)
+            keys[keyName] = issuerKeys
+        }
+        let policy = SETPolicy(allowedAlgorithms: allowedAlgorithms, audiences: Set(stream.audience))
+        return (stream, SETVerifier(keys: issuerKeys, policy: policy))
+    }
+
+    /// Exactly `Bearer <the stream's secret>`, compared by its SHA-256 in constant time.
+    static func authorized(_ request: Request, secretHash: Data) -> Bool {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return false }
+        let given = Data(SHA256.hash(data: Data(header.dropFirst("Bearer ".count).utf8)))
+        return SecretComparison.equalDigests(given, secretHash)
+    }
+
+    nonisolated func receive<Context: RequestContext, Inbox: SETStore>(
+        _ request: Request, context: Context, controller: ReceiverController<Context, Inbox>
+    ) async -> (Response, String, String) {
+        guard let text = context.parameters.get("name"), let name = try? TransmitterName(text) else {
+            return (Response(status: .notFound), "unparsed", "unknown_stream")
+        }
+        let found: (TransmitterStore.PushStream, SETVerifier)?
+        do {
+            found = try await stream(named: name)
+        } catch {
+            return (ReceiverController<Context, Inbox>.retryLater(seconds: 5), "unparsed", "unavailable")
+        }
+        guard let (stream, verifier) = found else { return (Response(status: .notFound), "unparsed", "unknown_stream") }
+        guard Self.authorized(request, secretHash: stream.secretHash) else {
+            let rejection = SETRejection(.authenticationFailed, "the push does not carry this stream's authorization header")
+            var response = JSONResponse.make(status: .unauthorized, json: rejection.body.jsonValue)
+            response.status = .unauthorized
+            return (response, "unparsed", rejection.code.rawValue)
+        }
+        let store = self.store
+        return await controller.receive(
+            request, logger: context.logger,
+            verify: { compact throws(SETVerifier.Failure) in
+                let token = try await verifier.verify(compact)
+                let states: [String]
+                do throws(SETRejection) {
+                    try StreamEventRules.checkType(token.header)
+                    states = try StreamEventRules.checkVerifications(token, streamID: stream.streamID)
+                } catch {
+                    throw .rejected(error)
+                }
+                for state in states {
+                    let arrived: Bool
+                    do {
+                        arrived = try await store.verificationArrived(of: name, state: state, jti: token.jti)
+                    } catch {
+                        // The database is down: the transmitter retries, as for a SET that cannot be committed.
+                        throw .keysUnavailable(retryAfter: 5)
+                    }
+                    guard arrived else {
+                        throw .rejected(SETRejection(.invalidState, "the state is not one this receiver asked for, or it has arrived already"))
+                    }
+                }
+                return token.markingUnprocessedCriticalMembers(stream.criticalSubjectMembers)
+            },
+            stored: { token in
+                guard let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
+                try? await store.recordStatus(status, of: name)
+            })
+    }
+}
