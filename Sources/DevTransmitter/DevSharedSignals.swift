@@ -30,8 +30,12 @@ final class DevSharedSignals: Sendable {
         var tokenLifetime: TimeInterval = 3600
         /// While set, stream configurations name this issuer instead (a transmitter that answers for another).
         var foreignIssuer: String?
+        /// While set, the metadata names this issuer (a transmitter that changed its issuer after it was registered).
+        var metadataIssuer: String?
         /// Every stream deleted, by id (the tests check a foreign stream was deleted at once).
         var deletedStreams: [String] = []
+        /// The subjects added to the stream, as the receiver sent them.
+        var subjects: [JSONValue] = []
         var stream: Stream?
         /// The verification states asked for, in order (the tests read them).
         var verificationStates: [String] = []
@@ -61,7 +65,7 @@ extension DevTransmitter {
         router.get("/.well-known/ssf-configuration/ssf") { _, _ in
             let issuer = self.sharedSignalsIssuer
             return Self.json([
-                "spec_version": "1_0", "issuer": .string(issuer), "jwks_uri": .string(issuer + "/jwks"),
+                "spec_version": "1_0", "issuer": .string(ssf.state.withLock { $0.metadataIssuer } ?? issuer), "jwks_uri": .string(issuer + "/jwks"),
                 "delivery_methods_supported": ["urn:ietf:rfc:8935", "urn:ietf:rfc:8936"],
                 "configuration_endpoint": .string(issuer + "/streams"), "status_endpoint": .string(issuer + "/status"),
                 "verification_endpoint": .string(issuer + "/verify"), "add_subject_endpoint": .string(issuer + "/subjects:add"),
@@ -107,6 +111,13 @@ extension DevTransmitter {
             guard let body = try await DevSharedSignals.body(request)?.objectValue else { return DevSharedSignals.failure(.badRequest) }
             return try await ssf.send(body, issuer: self.sharedSignalsIssuer, client: self.httpClient)
         }
+        // §8.1.3: subjects, `{"stream_id", "subject"}`; 200, or 404 for another stream.
+        router.post("/ssf/subjects:add") { request, _ in
+            try await ssf.authorized(request) { try await ssf.subject(request, add: true) }
+        }
+        router.post("/ssf/subjects:remove") { request, _ in
+            try await ssf.authorized(request) { try await ssf.subject(request, add: false) }
+        }
         router.get("/ssf/status") { request, _ in
             try await ssf.authorized(request) { ssf.status(request) }
         }
@@ -124,12 +135,18 @@ extension DevTransmitter {
             ssf.state.withLock { $0.foreignIssuer = issuer }
             return Self.json(["iss": issuer.map(JSONValue.string) ?? .null])
         }
+        router.post("/dev/ssf/metadata-issuer") { request, _ in
+            let issuer = request.uri.queryParameters.get("iss").map { String($0) }
+            ssf.state.withLock { $0.metadataIssuer = issuer }
+            return Self.json(["iss": issuer.map(JSONValue.string) ?? .null])
+        }
         router.get("/dev/ssf/state") { _, _ in
             let state = ssf.state.withLock { $0 }
             return Self.json([
                 "stream_id": state.stream.map { .string($0.id) } ?? .null, "status": state.stream.map { .string($0.status) } ?? .null,
                 "events_requested": .array((state.stream?.eventsRequested ?? []).map(JSONValue.string)),
                 "deleted": .array(state.deletedStreams.map(JSONValue.string)), "tokens_issued": .number(Double(state.accessTokens.count)),
+                "subjects": .array(state.subjects),
             ])
         }
     }
@@ -304,6 +321,22 @@ extension DevSharedSignals {
     }
 
     static func failure(_ status: HTTPResponse.Status) -> Response { Response(status: status) }
+
+    func subject(_ request: Request, add: Bool) async throws -> Response {
+        guard let body = try await Self.body(request)?.objectValue, let id = body["stream_id"]?.stringValue,
+            let subject = body["subject"], subject["format"]?.stringValue != nil
+        else { return Self.failure(.badRequest) }
+        let found = state.withLock { state -> Bool in
+            guard state.stream?.id == id else { return false }
+            if add {
+                if !state.subjects.contains(subject) { state.subjects.append(subject) }
+            } else {
+                state.subjects.removeAll { $0 == subject }
+            }
+            return true
+        }
+        return Response(status: found ? .ok : .notFound)
+    }
 
     /// §8.1.4: 204 at once; the verification event follows on the stream, carrying the state (when given).
     func verify(_ request: Request, issuer: String, client: HTTPClient) async throws -> Response {

@@ -23,6 +23,12 @@ public enum StreamAuthorization: Sendable, Equatable {
         }
     }
 
+    /// The token endpoint the operator named; nil: discovered (or a bearer token).
+    public var tokenEndpoint: String? {
+        if case .clientCredentials(_, _, _, _, let endpoint) = self { return endpoint }
+        return nil
+    }
+
     /// What is sealed: the client secret, the private key or the bearer token.
     public var secret: String {
         switch self {
@@ -52,9 +58,18 @@ public struct NewTransmitter: Sendable, Equatable {
         guard URLPolicy.isHTTPSOrLoopback(issuer), WellKnownURL.inserting(WellKnownURL.sharedSignals, into: issuer) != nil else {
             throw InvalidParameter(name: "issuer", problem: "must be an https:// URL (http:// only on loopback), without query or fragment")
         }
+        // Google is the built-in transmitter: another registered with its issuer would speak for it.
+        guard !Subject.googleSignInIssuers.contains(issuer) else {
+            throw InvalidParameter(name: "issuer", problem: "is Google's: Google is the built-in transmitter google")
+        }
         self.issuer = issuer
-        if let configURL, !URLPolicy.isHTTPSOrLoopback(configURL) {
-            throw InvalidParameter(name: "config-url", problem: "must be an https:// URL (http:// only on loopback)")
+        let issuerIsLocal = TransmitterMetadata.isLoopback(issuer)
+        for (name, url) in [("config-url", configURL), ("token-endpoint", authorization.tokenEndpoint)] {
+            guard let url else { continue }
+            guard URLPolicy.isHTTPSOrLoopback(url), issuerIsLocal || !TransmitterMetadata.isLoopback(url) else {
+                throw InvalidParameter(name: name, problem: "must be an https:// URL (http:// on loopback only for a transmitter on loopback)")
+            }
+            if let problem = URLPolicy.subscriberURLProblem(url) { throw InvalidParameter(name: name, problem: problem) }
         }
         self.configURL = configURL
         self.delivery = delivery
@@ -72,13 +87,10 @@ public struct NewTransmitter: Sendable, Equatable {
             eventsRequested = StreamRequest.defaultEventTypes
         }
         switch authorization {
-        case .clientCredentials(let clientID, _, let secret, let scope, let tokenEndpoint):
+        case .clientCredentials(let clientID, _, let secret, let scope, _):
             guard !clientID.isEmpty else { throw InvalidParameter(name: "client-id", problem: "is empty") }
             guard !secret.isEmpty else { throw InvalidParameter(name: "client-secret", problem: "is empty") }
             guard !scope.isEmpty else { throw InvalidParameter(name: "scope", problem: "is empty") }
-            if let tokenEndpoint, !URLPolicy.isHTTPSOrLoopback(tokenEndpoint) {
-                throw InvalidParameter(name: "token-endpoint", problem: "must be an https:// URL (http:// only on loopback)")
-            }
         case .bearer(let token):
             guard !token.isEmpty, !token.contains(where: \.isWhitespace) else {
                 throw InvalidParameter(name: "bearer", problem: "must be one token, without spaces")

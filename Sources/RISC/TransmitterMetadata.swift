@@ -112,10 +112,16 @@ public struct TransmitterMetadata: Sendable, Equatable {
         guard issuer == expectedIssuer else {
             throw InvalidParameter(name: "metadata", problem: "its issuer is not the one given with --issuer")
         }
+        // A transmitter elsewhere must not point the service at this machine (its jwks_uri fetched, its stream
+        // endpoints sent a bearer token): loopback only for a transmitter that is itself on loopback.
+        let local = Self.isLoopback(issuer)
         func endpoint(_ name: String) throws(InvalidParameter) -> String? {
             guard let value = object[name] else { return nil }
-            guard let url = value.stringValue, URLPolicy.isHTTPSOrLoopback(url) else {
-                throw InvalidParameter(name: "metadata", problem: "its \(name) is not an https URL")
+            guard let url = value.stringValue, URLPolicy.isHTTPSOrLoopback(url), local || !Self.isLoopback(url) else {
+                throw InvalidParameter(name: "metadata", problem: "its \(name) is not an https URL (loopback only for a transmitter on loopback)")
+            }
+            if let problem = URLPolicy.subscriberURLProblem(url) {
+                throw InvalidParameter(name: "metadata", problem: "its \(name) \(problem)")
             }
             return url
         }
@@ -135,5 +141,11 @@ public struct TransmitterMetadata: Sendable, Equatable {
         criticalSubjectMembers = (object["critical_subject_members"]?.arrayValue ?? []).compactMap(\.stringValue)
         specVersion = object["spec_version"]?.stringValue
         self.document = document
+    }
+
+    /// Whether a URL's host is this machine.
+    static func isLoopback(_ url: String) -> Bool {
+        guard let host = URL(string: url)?.host else { return false }
+        return URLPolicy.isLoopback(host: host)
     }
 }

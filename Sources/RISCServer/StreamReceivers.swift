@@ -18,8 +18,11 @@ public actor StreamReceivers {
     /// One key cache per transmitter, kept across reloads of its record (keyed by its metadata URL too, so a
     /// transmitter registered again under the same name starts afresh).
     private var keys: [String: IssuerKeys] = [:]
-    private var streams: [TransmitterName: (stream: TransmitterStore.PushStream?, loaded: ContinuousClock.Instant)] = [:]
-    /// How long a stream's record is used before it is read again (a stream created or replaced meanwhile).
+    /// Every push stream, as last read, and when; a push reads them again once they are older than
+    /// `reloadInterval` (a stream replaced meanwhile), one read at a time.
+    private var streams: [TransmitterName: TransmitterStore.PushStream] = [:]
+    private var loaded: ContinuousClock.Instant?
+    private var reading: Task<[TransmitterName: TransmitterStore.PushStream], any Error>?
     static let reloadInterval: Duration = .seconds(2)
 
     public init(store: TransmitterStore, allowedAlgorithms: Set<String>, unknownKidRefetchInterval: TimeInterval = 30, logger: Logger) {
@@ -27,16 +30,23 @@ public actor StreamReceivers {
             (store, allowedAlgorithms, unknownKidRefetchInterval, logger)
     }
 
+    /// A name with no stream reads them again too, at most four times a second: a stream just created is found,
+    /// and pushes to made-up names cost the database little.
+    static let missReloadInterval: Duration = .milliseconds(250)
+
+    private func reload(ifOlderThan age: Duration) async throws {
+        guard loaded.map({ ContinuousClock.now - $0 >= age }) ?? true else { return }
+        let task = reading ?? Task { [store] in try await store.pushStreams() }
+        reading = task
+        defer { reading = nil }
+        streams = try await task.value
+        loaded = .now
+    }
+
     func stream(named name: TransmitterName) async throws -> (TransmitterStore.PushStream, SETVerifier)? {
-        let now = ContinuousClock.now
-        let stream: TransmitterStore.PushStream?
-        if let cached = streams[name], now - cached.loaded < Self.reloadInterval {
-            stream = cached.stream
-        } else {
-            stream = try await store.pushStream(named: name)
-            streams[name] = (stream, now)
-        }
-        guard let stream else { return nil }
+        try await reload(ifOlderThan: Self.reloadInterval)
+        if streams[name] == nil { try await reload(ifOlderThan: Self.missReloadInterval) }
+        guard let stream = streams[name] else { return nil }
         let keyName = "\(name.value) \(stream.configURL)"
         let issuerKeys: IssuerKeys
         if let existing = keys[keyName] {
@@ -84,6 +94,11 @@ public actor StreamReceivers {
             request, logger: context.logger,
             verify: { compact throws(SETVerifier.Failure) in
                 let token = try await verifier.verify(compact)
+                // The issuer registered, not only the one the transmitter's metadata says now: a transmitter that
+                // changed its metadata's issuer (to Google's, say) must not be believed.
+                guard token.issuer == stream.issuer else {
+                    throw .rejected(SETRejection(.invalidIssuer, "the issuer is not this stream's transmitter"))
+                }
                 let states: [String]
                 do throws(SETRejection) {
                     try StreamEventRules.checkType(token.header)
@@ -92,20 +107,24 @@ public actor StreamReceivers {
                     throw .rejected(error)
                 }
                 for state in states {
-                    let arrived: Bool
+                    let expected: Bool
                     do {
-                        arrived = try await store.verificationArrived(of: name, state: state, jti: token.jti)
+                        expected = try await store.verificationExpected(of: name, state: state, jti: token.jti)
                     } catch {
                         // The database is down: the transmitter retries, as for a SET that cannot be committed.
                         throw .keysUnavailable(retryAfter: 5)
                     }
-                    guard arrived else {
+                    guard expected else {
                         throw .rejected(SETRejection(.invalidState, "the state is not one this receiver asked for, or it has arrived already"))
                     }
                 }
                 return token.markingUnprocessedCriticalMembers(stream.criticalSubjectMembers)
             },
             stored: { token in
+                // Only once the SET is committed: a state used by a SET that was never stored stays open.
+                for state in (try? StreamEventRules.checkVerifications(token, streamID: stream.streamID)) ?? [] {
+                    _ = try? await store.verificationArrived(of: name, state: state, jti: token.jti)
+                }
                 guard let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
                 try? await store.recordStatus(status, of: name)
             })

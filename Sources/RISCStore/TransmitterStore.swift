@@ -194,18 +194,21 @@ extension TransmitterStore {
         public let criticalSubjectMembers: [String]
     }
 
-    public func pushStream(named name: TransmitterName) async throws -> PushStream? {
+    /// Every push stream, by transmitter name: a small table, read whole so that a push to a name that has none is
+    /// answered without a query.
+    public func pushStreams() async throws -> [TransmitterName: PushStream] {
         try await bounded { connection in
-            var found: PushStream?
-            for try await (issuer, configURL, streamID, audience, hash, critical) in try await connection.query(
+            var found: [TransmitterName: PushStream] = [:]
+            for try await (text, issuer, configURL, streamID, audience, hash, critical) in try await connection.query(
                 """
-                SELECT issuer, config_url, stream_id, stream_audience, push_secret_hash,
+                SELECT name, issuer, config_url, stream_id, stream_audience, push_secret_hash,
                        coalesce(ARRAY(SELECT jsonb_array_elements_text(metadata -> 'critical_subject_members')), '{}')
                   FROM risc_transmitters
-                 WHERE name = \(name.value) AND delivery = 'push' AND stream_id IS NOT NULL AND push_secret_hash IS NOT NULL
+                 WHERE delivery = 'push' AND stream_id IS NOT NULL AND push_secret_hash IS NOT NULL
                 """, logger: logger
-            ).decode((String, String, String, [String]?, Data, [String]).self) {
-                found = PushStream(
+            ).decode((String, String, String, String, [String]?, Data, [String]).self) {
+                guard let name = try? TransmitterName(naming: text) else { continue }
+                found[name] = PushStream(
                     name: name, issuer: issuer, configURL: configURL, streamID: streamID, audience: audience ?? [], secretHash: hash,
                     criticalSubjectMembers: critical)
             }
@@ -230,6 +233,19 @@ extension TransmitterStore {
                 UPDATE risc_stream_verifications SET arrived_at = coalesce(arrived_at, now()), arrived_jti = \(jti)
                  WHERE transmitter = \(name.value) AND state = \(state) AND (arrived_jti IS NULL OR arrived_jti = \(jti))
                 RETURNING state
+                """, as: String.self, logger: logger)
+            return !rows.isEmpty
+        }
+    }
+
+    /// Whether a SET `jti` may bring `state`: the service asked for it, and no other SET brought it (a redelivery of
+    /// the same SET may).
+    public func verificationExpected(of name: TransmitterName, state: String, jti: String) async throws -> Bool {
+        try await bounded { connection in
+            let rows = try await connection.values(
+                """
+                SELECT state FROM risc_stream_verifications
+                 WHERE transmitter = \(name.value) AND state = \(state) AND (arrived_jti IS NULL OR arrived_jti = \(jti))
                 """, as: String.self, logger: logger)
             return !rows.isEmpty
         }

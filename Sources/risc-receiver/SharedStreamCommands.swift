@@ -9,10 +9,10 @@ import RISCStore
 /// The stream the service manages at each Shared Signals transmitter (Google's is the `stream` command's).
 struct Streams: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "The stream at a Shared Signals transmitter: create, show, update, replace, delete, status, verify.",
+        abstract: "The stream at a Shared Signals transmitter: create, show, update, replace, delete, status, verify, subjects.",
         subcommands: [
             StreamsCreate.self, StreamsShow.self, StreamsUpdate.self, StreamsReplace.self, StreamsDelete.self, StreamsStatus.self,
-            StreamsVerify.self,
+            StreamsVerify.self, StreamsSubjects.self,
         ])
 }
 
@@ -322,6 +322,74 @@ struct StreamsVerify: AsyncParsableCommand {
                 "\(name): verification with state \(state) arrived and stored after \(waited.formatted(.units(allowed: [.seconds, .milliseconds])))")
         } else {
             print("\(name): verification asked for, with state \(state)")
+        }
+    }
+}
+
+struct StreamsSubjects: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "subjects", abstract: "Add a subject to the stream, or remove one (the transmitter's subject endpoints).",
+        subcommands: [StreamsSubjectsAdd.self, StreamsSubjectsRemove.self])
+}
+
+/// The subject named on the command line: exactly one of --email, --iss-sub ISS SUB, --opaque ID.
+struct SubjectOptions: ParsableArguments {
+    @Option(help: "An email subject.") var email: String?
+    @Option(name: .customLong("iss-sub"), parsing: .upToNextOption, help: "An issuer and subject: --iss-sub ISS SUB.") var issSub: [String] = []
+    @Option(help: "An opaque subject.") var opaque: String?
+
+    var subject: Subject? {
+        if let email, issSub.isEmpty, opaque == nil { return .email(email) }
+        if issSub.count == 2, email == nil, opaque == nil { return .issuerAndSubject(iss: issSub[0], sub: issSub[1]) }
+        if let opaque, email == nil, issSub.isEmpty { return .opaque(opaque) }
+        return nil
+    }
+
+    func validate() throws {
+        guard let subject else { throw ValidationError("name one subject: --email E, --iss-sub ISS SUB, or --opaque ID") }
+        for value in [email, opaque].compactMap({ $0 }) + issSub where value.isEmpty || !ClaimBounds.fits(value) {
+            throw ValidationError("a subject's identifier must be 1 to \(ClaimBounds.maxIdentifierBytes) bytes")
+        }
+        _ = subject
+    }
+}
+
+struct StreamsSubjectsAdd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add", abstract: "Ask the transmitter to send events about this subject too.", discussion: EnvironmentHelp.database)
+    @Argument(help: "The transmitter's name.") var name: String
+    @OptionGroup var subject: SubjectOptions
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        try await StreamsSubjectsRemove.change(name, subject.subject, add: true, options: options)
+        print("\(name): subject added.")
+    }
+}
+
+struct StreamsSubjectsRemove: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove",
+        abstract: "Ask the transmitter to stop sending events about this subject (events about it still arriving are taken).",
+        discussion: EnvironmentHelp.database)
+    @Argument(help: "The transmitter's name.") var name: String
+    @OptionGroup var subject: SubjectOptions
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        try await Self.change(name, subject.subject, add: false, options: options)
+        print("\(name): subject removed.")
+    }
+
+    static func change(_ name: String, _ subject: Subject?, add: Bool, options: AdminOptions) async throws {
+        guard let subject else { throw Bootstrap.fail("name one subject", code: 2) }
+        try await StreamContext.with(name, options: options) { context in
+            let streamID = try context.streamID
+            do {
+                try await context.management.subject(streamID: streamID, subject, add: add)
+            } catch {
+                throw context.fail(error)
+            }
         }
     }
 }

@@ -64,6 +64,8 @@ struct TransmitterTests {
                 ("inline", ["--issuer", issuer, "--client-id", "x", "--client-secret", "s3cret"], "standard input"),
                 ("both", clientArguments + ["--bearer", "-"], "--bearer"),
                 ("nothing", ["--issuer", issuer], "--client-id"),
+                // Google is built in: nothing else may be registered with its issuer and speak for it.
+                ("as-google", ["--issuer", "https://accounts.google.com/"] + clientArguments.dropFirst(2), "Google"),
             ] {
                 let refused = try await add(name, arguments)
                 #expect(refused.status == 2, "\(name): \(refused.output)")
@@ -148,6 +150,17 @@ struct TransmitterTests {
             #expect(again.status == 0, "\(again.output)")
             #expect(try JSONValue.parse(Data(again.output.utf8))["taken_over"] == true)
             #expect(try JSONValue.parse(Data(again.output.utf8))["stream_id"]?.stringValue == streamID)
+
+            // Subjects go to the transmitter's subject endpoints as SSF subject identifiers.
+            #expect(try await run(["streams", "subjects", "add", "dev-ssf", "--email", "ann@example.com"]).status == 0)
+            #expect(try await run(["streams", "subjects", "add", "dev-ssf", "--iss-sub", "https://accounts.google.com", "42"]).status == 0)
+            #expect(
+                try await Self.devState(harness)["subjects"]
+                    == [["format": "email", "email": "ann@example.com"], ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": "42"]])
+            #expect(try await run(["streams", "subjects", "remove", "dev-ssf", "--email", "ann@example.com"]).status == 0)
+            #expect(try await Self.devState(harness)["subjects"]?.arrayValue?.count == 1)
+            #expect(try await run(["streams", "subjects", "add", "dev-ssf"]).status == 2)
+            #expect(try await run(["streams", "subjects", "add", "dev-ssf", "--email", "a@b.example", "--opaque", "x"]).status == 2)
 
             #expect(try await run(["streams", "delete", "dev-ssf"]).status == 0)
             #expect(try await Self.devState(harness)["stream_id"] == .null)
@@ -273,6 +286,28 @@ struct TransmitterTests {
                     == "done"
             }
             #expect(try await harness.checkSession(otherSession).status == 200, "not acted on")
+        }
+    }
+
+    @Test("A transmitter that changes its metadata's issuer after it was registered is not believed, even as Google")
+    func issuerPinned() async throws {
+        var options = Harness.Options()
+        options.worker = true
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let environment = try await Self.register(harness, name: "dev-ssf", delivery: "push")
+            #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+            // Before the receiver first reads the metadata for its keys, the transmitter says it is Google.
+            let google = "https://accounts.google.com/"
+            _ = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/metadata-issuer?iss=" + google)
+            let sub = "pinned-\(UUID().uuidString)"
+            let session = try await harness.newSession(sub: sub)
+            let subject: JSONValue = ["format": "iss_sub", "iss": .string(google), "sub": .string(sub)]
+            for iss in [google, harness.transmitter.sharedSignalsIssuer] {
+                let pushed = try await Self.push(harness, ["type": "session-revoked", "iss": .string(iss), "sub_id": subject])
+                #expect(pushed.status == 400 && pushed.err == "invalid_issuer", "\(iss): \(pushed)")
+            }
+            #expect(try await Self.storedCount(harness, issuer: google) == 0)
+            #expect(try await harness.checkSession(session).status == 200)
         }
     }
 }

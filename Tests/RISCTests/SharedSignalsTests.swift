@@ -69,6 +69,21 @@ struct SharedSignalsTests {
         let risc = try TransmitterMetadata(json: Array(JSONValue.object(plain).serialized.utf8), expectedIssuer: "https://ssf.example/t")
         #expect(risc.deliveryMethods == [.push])
         #expect(throws: InvalidParameter.self) { try TransmitterMetadata(json: Array("[]".utf8), expectedIssuer: "https://ssf.example/t") }
+        // A transmitter elsewhere may not point the service at this machine, or at a metadata service.
+        for jwks in ["http://127.0.0.1:9/jwks", "https://localhost/jwks", "https://169.254.169.254/jwks"] {
+            var pointed = Self.metadata.objectValue!
+            pointed["jwks_uri"] = .string(jwks)
+            #expect(throws: InvalidParameter.self, "\(jwks)") {
+                try TransmitterMetadata(json: Array(JSONValue.object(pointed).serialized.utf8), expectedIssuer: "https://ssf.example/t")
+            }
+        }
+        // One on loopback may (the development transmitter).
+        var local = Self.metadata.objectValue!
+        (local["issuer"], local["jwks_uri"]) = ("http://127.0.0.1:9/t", "http://127.0.0.1:9/t/jwks")
+        local["configuration_endpoint"] = nil
+        #expect(throws: Never.self) {
+            try TransmitterMetadata(json: Array(JSONValue.object(local).serialized.utf8), expectedIssuer: "http://127.0.0.1:9/t")
+        }
     }
 
     @Test("A stream request carries only what a receiver sets")
@@ -180,5 +195,23 @@ struct SharedSignalsTests {
         let event = try #require(token.events.first)
         #expect(SecurityEvent(stored: event.jsonValue) == event)
         #expect(AccountAction.actions(for: event, audience: []).map(\.kind) == [.skip])
+    }
+
+    @Test("A transmitter may not take Google's issuer, nor point the service at this machine from elsewhere")
+    func newTransmitterRefusals() throws {
+        let secret = StreamAuthorization.clientCredentials(
+            clientID: "c", method: .clientSecretBasic, secret: "s", scope: StreamAuthorization.defaultScope, tokenEndpoint: nil)
+        for issuer in Subject.googleSignInIssuers where issuer.hasPrefix("https://") {
+            #expect(throws: InvalidParameter.self, "\(issuer)") { try NewTransmitter(name: "g", issuer: issuer, authorization: secret) }
+        }
+        #expect(throws: InvalidParameter.self) {
+            try NewTransmitter(name: "x", issuer: "https://ssf.example/t", configURL: "http://127.0.0.1:9/x", authorization: secret)
+        }
+        let local = StreamAuthorization.clientCredentials(
+            clientID: "c", method: .clientSecretBasic, secret: "s", scope: "ssf.read", tokenEndpoint: "https://127.0.0.1/token")
+        #expect(throws: InvalidParameter.self) { try NewTransmitter(name: "x", issuer: "https://ssf.example/t", authorization: local) }
+        #expect(
+            try NewTransmitter(name: "x", issuer: "http://127.0.0.1:9/t", configURL: "http://127.0.0.1:9/c", authorization: local).issuer
+                == "http://127.0.0.1:9/t")
     }
 }
