@@ -219,13 +219,21 @@ struct TransmitterTests {
         return count
     }
 
-    @Test("A push stream receives with the transmitter's keys, issuer and audience; each refusal has its RFC 8935 code")
-    func pushReceiving() async throws {
+    /// A harness with a worker (events are applied as they are stored) and the push stream `dev-ssf` created at its
+    /// Shared Signals transmitter; `body` gets the CLI's environment too.
+    static func withPushStream(_ body: @escaping @Sendable (Harness, [String: String]) async throws -> Void) async throws {
         var options = Harness.Options()
         options.worker = true
         try await Harness.withIsolatedDatabase(options) { harness in
             let environment = try await Self.register(harness, name: "dev-ssf", delivery: "push")
             #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+            try await body(harness, environment)
+        }
+    }
+
+    @Test("A push stream receives with the transmitter's keys, issuer and audience; each refusal has its RFC 8935 code")
+    func pushReceiving() async throws {
+        try await Self.withPushStream { harness, environment in
             let issuer = harness.transmitter.sharedSignalsIssuer
             let googleSubject = { (sub: String) -> JSONValue in ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(sub)] }
 
@@ -291,11 +299,7 @@ struct TransmitterTests {
 
     @Test("A transmitter that changes its metadata's issuer after it was registered is not believed, even as Google")
     func issuerPinned() async throws {
-        var options = Harness.Options()
-        options.worker = true
-        try await Harness.withIsolatedDatabase(options) { harness in
-            let environment = try await Self.register(harness, name: "dev-ssf", delivery: "push")
-            #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+        try await Self.withPushStream { harness, _ in
             // Before the receiver first reads the metadata for its keys, the transmitter says it is Google.
             let google = "https://accounts.google.com/"
             _ = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/metadata-issuer?iss=" + google)
