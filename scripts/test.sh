@@ -34,15 +34,7 @@ work=$(mktemp -d /tmp/risc-test.XXXXXX)
 chmod 755 "$work"
 main_port=$(pg_free_port)
 outage_port=$(pg_free_port)
-release_pid=
-stop_tree() {
-  local child
-  for child in $(pgrep -P "$1"); do stop_tree "$child"; done
-  kill "$1" 2>/dev/null || true
-}
 cleanup() {
-  # The compilers SwiftPM starts are in process groups of their own: stop the background build's whole tree.
-  if [ -n "$release_pid" ]; then stop_tree "$release_pid"; fi
   pg_stop "$work/main"
   pg_stop "$work/outage"
   rm -rf "$work"
@@ -51,21 +43,6 @@ trap cleanup EXIT
 # A signal ends the run through the EXIT trap too, so nothing it started is left running.
 trap 'exit 130' INT
 trap 'exit 143' TERM
-# The complete run needs a release build too (the fuzzer, the benchmarks, the tarball). It compiles in the
-# background from here on, in .build-release, under the idle scheduling class (`chrt --idle`, which the compilers
-# SwiftPM starts inherit; they reset `nice`) and idle disk priority: it takes only what the debug build and the
-# tests leave idle, so their time bounds see the machine as before, and the later stages find it built. Its output
-# goes to a log that is printed if it fails.
-if ! $quick && [ $# -eq 0 ]; then
-  tools_ensure_installed pgrep:procps
-  release_log=$work/release-build.log
-  lowest=(chrt --idle 0)
-  if command -v ionice >/dev/null; then lowest+=(ionice -c 3); fi
-  "${lowest[@]}" bash -c '. scripts/lib/release-build.sh && release_build && scripts/fuzz.sh --build-only' \
-    >"$release_log" 2>&1 &
-  release_pid=$!
-  echo "    (the release build and the fuzzer compile in the background: $release_log)"
-fi
 # Validators from PyPI: kubernetes-validate (it ships the schemas) for deploy/, openapi-spec-validator and
 # jsonschema for the admin API's OpenAPI document and live responses, standardwebhooks to check a notification's
 # signature as an app would, opentelemetry-proto to decode the spans the service exports (scripts/otlp-receiver.py).
@@ -147,7 +124,7 @@ if [ $# -eq 0 ]; then
   # Every other script the README tells users to run gets a short run, so none stops working unnoticed: the
   # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (each exits
   # non-zero when a 202 was not stored), and the release tarball. These share one release build (.build-release,
-  # Swift's runtime linked in, as it ships), made in the background since the start.
+  # Swift's runtime linked in, as it ships).
   stage "fuzz/make-corpus.py writes the committed seed corpus again, byte for byte"
   python3 fuzz/make-corpus.py >/dev/null
   if [ -n "$(git status --porcelain -- fuzz/corpus 2>/dev/null)" ]; then
@@ -155,17 +132,15 @@ if [ $# -eq 0 ]; then
     echo "scripts/test.sh: fuzz/make-corpus.py no longer writes the committed fuzz/corpus" >&2
     exit 1
   fi
-  stage "waiting for the release build and the fuzzer, compiling in the background since the start"
-  if ! wait "$release_pid"; then
-    release_pid=
-    cat "$release_log" >&2
-    echo "scripts/test.sh: the background release build failed (above)" >&2
-    exit 1
-  fi
-  release_pid=
+  # One release build for all three, made here, after the tests: built beside them (in the background, at the idle
+  # scheduling class) it slowed the debug build by a quarter and made the tests' time bounds fail on 2 cores.
+  stage "the release build, Swift's runtime linked in (a first build takes 10-15 minutes), and the fuzzer"
+  . scripts/lib/release-build.sh
+  release_build
   # Built: the stages below use it as it is, without asking SwiftPM to plan the build again each time.
-  RISC_RELEASE_BUILT=$(swift build --scratch-path .build-release -c release --static-swift-stdlib --show-bin-path)
+  RISC_RELEASE_BUILT=$(dirname "$release_bin")
   export RISC_RELEASE_BUILT
+  scripts/fuzz.sh --build-only
   stage "scripts/fuzz.sh 30"
   scripts/fuzz.sh 30
   stage "benchmark smoke runs, tiny sizes"
