@@ -75,10 +75,10 @@ export RISC_TEST_OUTAGE_START="$(declare -f pg_bin pg_as_owner pg_start); pg_sta
 stage "swift build --build-tests (a first build takes 5-10 minutes: NIO, PostgreSQL, BoringSSL; then seconds)"
 swift build --build-tests
 # Suites that load the machine themselves run after the rest, on their own: a flood of idle connections, 1,500
-# requests into a stalled log pipe, database counts that need a quiet database; and last, alone, a million rows
-# inserted for `stats`, whose writes stalled the database for the others. Beside the whole parallel suite they made
-# other tests' time bounds fail, and their own.
-heavy='ConnectionLimitTests|DatabaseCostTests|stalledLogPipe'
+# requests into a stalled log pipe, database counts that need a quiet database, some forty CLI processes against
+# a Shared Signals transmitter; and last, alone, a million rows inserted for `stats`, whose writes stalled the
+# database for the others. Beside the whole parallel suite they made other tests' time bounds fail, and their own.
+heavy='ConnectionLimitTests|DatabaseCostTests|stalledLogPipe|TransmitterTests'
 largest='statsOfALargeTable'
 if [ $# -eq 0 ]; then
   stage "swift test, all but the suites that load the machine themselves"
