@@ -10,18 +10,18 @@
 ///   `ambiguous_token_identifier` action beside it.
 public enum AccountAction: Sendable, Equatable {
     /// Revoke every session of the user created at or before the SET was received.
-    case revokeSessions(sub: String)
+    case revokeSessions(user: AccountUser)
     /// Delete every stored refresh token of the user.
-    case deleteGrants(sub: String)
+    case deleteGrants(user: AccountUser)
     /// Delete the stored refresh token the identifier names, among the grants of the SET's audiences
     /// (the client IDs the token could have been issued to).
     case deleteGrant(TokenIdentifier, clientIDs: [String])
     /// Refuse new Google sign-ins (ordered by the event's `iat`).
-    case disableSignIn(sub: String, reason: String?)
+    case disableSignIn(user: AccountUser, reason: String?)
     /// Allow Google sign-ins again (ordered by the event's `iat`).
-    case enableSignIn(sub: String)
-    case flagForReview(sub: String)
-    case requireCredentialChange(sub: String)
+    case enableSignIn(user: AccountUser)
+    case flagForReview(user: AccountUser)
+    case requireCredentialChange(user: AccountUser)
     case recordVerification(state: String?)
     /// Nothing can be done, and why (say, a subject that names no Google account).
     case skip(reason: String)
@@ -42,14 +42,36 @@ public enum AccountAction: Sendable, Equatable {
         }
     }
 
-    /// The user the action changes, if it names one.
-    public var sub: String? {
+    /// Who the action is about, for the kinds that act on one user.
+    public var user: AccountUser? {
         switch self {
-        case .revokeSessions(let sub), .deleteGrants(let sub), .disableSignIn(let sub, _), .enableSignIn(let sub),
-            .flagForReview(let sub), .requireCredentialChange(let sub):
-            sub
+        case .revokeSessions(let user), .deleteGrants(let user), .disableSignIn(let user, _), .enableSignIn(let user),
+            .flagForReview(let user), .requireCredentialChange(let user):
+            user
         case .deleteGrant, .recordVerification, .skip:
             nil
+        }
+    }
+
+    /// The user the action changes, by Google `sub`, if it names one.
+    public var sub: String? { user?.sub }
+
+    /// The same action with an email subject resolved: to the user `users` says it names, or to nobody.
+    public func resolvingEmail(_ users: [String: String]) -> AccountAction {
+        guard let email = user?.email else { return self }
+        return about(users[email].map(AccountUser.sub) ?? .nobody)
+    }
+
+    /// The same action about `user` instead (an email resolved to the user it names, or to nobody).
+    public func about(_ user: AccountUser) -> AccountAction {
+        switch self {
+        case .revokeSessions: .revokeSessions(user: user)
+        case .deleteGrants: .deleteGrants(user: user)
+        case .disableSignIn(_, let reason): .disableSignIn(user: user, reason: reason)
+        case .enableSignIn: .enableSignIn(user: user)
+        case .flagForReview: .flagForReview(user: user)
+        case .requireCredentialChange: .requireCredentialChange(user: user)
+        case .deleteGrant, .recordVerification, .skip: self
         }
     }
 
@@ -91,27 +113,40 @@ public enum AccountAction: Sendable, Equatable {
             }
             return [.deleteGrant(identifier, clientIDs: audience)]
         }
-        let sub: String
-        switch event.subject?.userReference {
-        case .named(let named)?: sub = named
-        case .notAUser(let reason)?: return [.skip(reason: reason)]
-        case nil: return [.skip(reason: "the subject names no Google account")]
+        let user: AccountUser
+        switch event.subjectRules {
+        case .google:
+            switch event.subject?.userReference {
+            case .named(let named)?: user = .sub(named)
+            case .notAUser(let reason)?: return [.skip(reason: reason)]
+            case nil: return [.skip(reason: "the subject names no Google account")]
+            }
+        case .sharedSignals:
+            // Every event from a Shared Signals transmitter is acted on and notified, naming a user or not: the
+            // app's own stores may hold the subject. An email is matched to a user when the actions are applied.
+            if case .named(let named)? = event.subject?.userReference {
+                user = .sub(named)
+            } else if let email = event.subject?.email, !email.isEmpty {
+                user = .email(email)
+            } else {
+                user = .nobody
+            }
         }
         switch type {
         case .sessionsRevoked, .caepSessionRevoked:
-            return [.revokeSessions(sub: sub)]
+            return [.revokeSessions(user: user)]
         case .tokensRevoked:
-            return [.revokeSessions(sub: sub), .deleteGrants(sub: sub)]
+            return [.revokeSessions(user: user), .deleteGrants(user: user)]
         case .accountDisabled:
             switch event.reason {
-            case "hijacking": return [.disableSignIn(sub: sub, reason: event.reason), .revokeSessions(sub: sub)]
-            case "bulk-account": return [.disableSignIn(sub: sub, reason: event.reason), .flagForReview(sub: sub)]
-            default: return [.disableSignIn(sub: sub, reason: event.reason)]
+            case "hijacking": return [.disableSignIn(user: user, reason: event.reason), .revokeSessions(user: user)]
+            case "bulk-account": return [.disableSignIn(user: user, reason: event.reason), .flagForReview(user: user)]
+            default: return [.disableSignIn(user: user, reason: event.reason)]
             }
         case .accountEnabled:
-            return [.enableSignIn(sub: sub)]
+            return [.enableSignIn(user: user)]
         case .accountCredentialChangeRequired, .caepCredentialChange:
-            return [.requireCredentialChange(sub: sub)]
+            return [.requireCredentialChange(user: user)]
         case .tokenRevoked, .verification, .ssfVerification, .ssfStreamUpdated:
             return []  // handled above
         }
@@ -123,5 +158,26 @@ public enum AccountAction: Sendable, Equatable {
         events.enumerated().flatMap { position, event in
             actions(for: event, audience: audience).map { (position, $0) }
         }
+    }
+}
+
+/// Who an action is about.
+public enum AccountUser: Sendable, Equatable, Hashable {
+    /// A user of this service, by Google `sub`.
+    case sub(String)
+    /// A Shared Signals `email` subject, not yet matched: it names the user whose latest verified Google ID token
+    /// carried that address (ignoring case), found when the actions are applied.
+    case email(String)
+    /// No user of this service: the action changes nothing and is still recorded and notified.
+    case nobody
+
+    public var sub: String? {
+        if case .sub(let sub) = self { return sub }
+        return nil
+    }
+
+    public var email: String? {
+        if case .email(let email) = self { return email }
+        return nil
     }
 }

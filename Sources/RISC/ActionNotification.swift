@@ -18,6 +18,10 @@ public struct ActionNotification: Sendable, Equatable {
     /// written before the service recorded it, and delivered since.
     public var issuedAt: Date?
     public var occurredAt: Date
+    /// For an event from a Shared Signals transmitter, its name and the event's subject as received (`sub` is then
+    /// the user that subject named, or nil); nil for Google's.
+    public var transmitter: String? = nil
+    public var subject: JSONValue? = nil
 
     public init(
         kind: String, sub: String?, count: Int, eventID: Int64, jti: String, eventType: String, issuedAt: Date?, occurredAt: Date
@@ -35,10 +39,15 @@ public struct ActionNotification: Sendable, Equatable {
     public var body: JSONValue {
         var event: [String: JSONValue] = ["id": .number(Double(eventID)), "jti": .string(jti), "type": .string(eventType)]
         if let issuedAt { event["issued_at"] = .timestamp(issuedAt) }
-        return [
+        var body: [String: JSONValue] = [
             "type": .string(kind), "sub": sub.map(JSONValue.string) ?? .null, "count": .number(Double(count)),
             "event": .object(event), "occurred_at": .timestamp(occurredAt),
         ]
+        if let transmitter {
+            body["transmitter"] = .string(transmitter)
+            body["subject"] = subject ?? .null
+        }
+        return .object(body)
     }
 }
 

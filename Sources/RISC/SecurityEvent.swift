@@ -14,6 +14,14 @@ public struct SecurityEvent: Sendable, Equatable {
     /// Members of the subject that its transmitter marks critical and this receiver does not understand: the event is
     /// stored and not acted on (Shared Signals' receiver subject processing).
     public var unprocessedCriticalMembers: [String] = []
+    /// How the subject names a user: Google's rules (a Google `sub` only, anything else a recorded skip), or those
+    /// of a Shared Signals transmitter's stream (an `email` may name a user too, and every event is acted on).
+    public var subjectRules: SubjectRules = .google
+
+    public enum SubjectRules: String, Sendable, Equatable {
+        case google
+        case sharedSignals = "shared_signals"
+    }
 
     public init(typeURI: String, type: EventType?, subject: Subject?, reason: String? = nil, state: String? = nil, status: String? = nil) {
         self.typeURI = typeURI
@@ -41,6 +49,7 @@ public struct SecurityEvent: Sendable, Equatable {
         if !unprocessedCriticalMembers.isEmpty {
             object["unprocessed_critical_members"] = .array(unprocessedCriticalMembers.map(JSONValue.string))
         }
+        if subjectRules != .google { object["subject_rules"] = .string(subjectRules.rawValue) }
         return .object(object)
     }
 
@@ -51,6 +60,10 @@ public struct SecurityEvent: Sendable, Equatable {
             typeURI: typeURI, type: EventType(rawValue: typeURI), subject: json["subject"].flatMap(Subject.init(json:)),
             reason: json["reason"]?.stringValue, state: json["state"]?.stringValue, status: json["status"]?.stringValue)
         unprocessedCriticalMembers = json["unprocessed_critical_members"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        guard let rules = json["subject_rules"] else { return }
+        // A stored form this version cannot read must not fall back to rules that read the subject differently.
+        guard let name = rules.stringValue, let known = SubjectRules(rawValue: name) else { return nil }
+        subjectRules = known
     }
 
     /// Reads a stored `events` array; nil unless every member is a stored event.

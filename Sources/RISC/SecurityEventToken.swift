@@ -157,12 +157,13 @@ public struct SecurityEventToken: Sendable {
         }
     }
 
-    /// The same SET, each event marked with the members of its subject that `critical` names and this receiver does
-    /// not understand: such an event is stored and not acted on.
-    public func markingUnprocessedCriticalMembers(_ critical: [String]) -> SecurityEventToken {
-        guard !critical.isEmpty else { return self }
+    /// The same SET as received on a Shared Signals stream: each event's subject is read by that stream's rules, and
+    /// marked with the members of its subject that `critical` names and this receiver does not understand (such an
+    /// event is stored and not acted on).
+    public func receivedOnSharedSignalsStream(criticalSubjectMembers critical: [String]) -> SecurityEventToken {
         var marked = self
         for index in marked.events.indices {
+            marked.events[index].subjectRules = .sharedSignals
             marked.events[index].unprocessedCriticalMembers = marked.events[index].subject?.unprocessedCriticalMembers(critical) ?? []
         }
         return marked

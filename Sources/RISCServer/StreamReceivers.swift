@@ -118,7 +118,7 @@ public actor StreamReceivers {
                         throw .rejected(SETRejection(.invalidState, "the state is not one this receiver asked for, or it has arrived already"))
                     }
                 }
-                return token.markingUnprocessedCriticalMembers(stream.criticalSubjectMembers)
+                return token.receivedOnSharedSignalsStream(criticalSubjectMembers: stream.criticalSubjectMembers)
             },
             stored: { token in
                 // Only once the SET is committed: a state used by a SET that was never stored stays open.

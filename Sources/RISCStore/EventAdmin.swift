@@ -163,7 +163,9 @@ public struct EventAdmin: BoundedStore {
         guard let decided else { return nil }
         var explanation = EventExplanation(id: id, mode: EnforcementMode(enforce: enforce), actions: [])
         var actions = ActionBatch()
-        for (position, action) in try decided.get() { actions.append(event: id, position: position, action) }
+        for (position, action) in try await EmailSubjects.resolve(try decided.get(), on: connection, logger: logger) {
+            actions.append(event: id, position: position, action)
+        }
         guard !actions.isEmpty else { return explanation }
         // Judged as a replay in this mode would be: in enforcing mode, a shadow event as a replay of it.
         try await connection.query(

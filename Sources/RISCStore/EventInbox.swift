@@ -203,14 +203,22 @@ public final class EventInbox: Service, Sendable {
         do {
             // Bounded by the earliest caller's deadline; on the bound, the connection is closed, not left leased.
             let deadline = batch.map(\.deadline).min() ?? .now + settings.commitTimeout
-            let events = batch.map(\.event)
-            let (stored, applied) = try await client.withConnection(timeout: max(deadline - .now, .milliseconds(1))) { connection in
-                try await self.insert(events, on: connection)
+            let (stored, applied, events) = try await client.withConnection(timeout: max(deadline - .now, .milliseconds(1))) { connection in
+                var events = batch.map(\.event)
+                let emails = events.flatMap { $0.actions.compactMap(\.action.user?.email) }
+                if self.settings.applyOnReceipt, !emails.isEmpty {
+                    let users = try await EmailSubjects.users(for: emails, on: connection, logger: self.logger)
+                    for index in events.indices {
+                        events[index].actions = events[index].actions.map { ($0.position, $0.action.resolvingEmail(users)) }
+                    }
+                }
+                let (stored, applied) = try await self.insert(events, on: connection)
+                return (stored, applied, events)
             }
             if let applied {
                 span?.record(applied)
                 ServiceMetrics.actionsApplied(applied.totals, enforced: settings.enforce)
-                if settings.enforce { settings.onApplied?(batch.flatMap { $0.event.actions.compactMap(\.action.sub) }) }
+                if settings.enforce { settings.onApplied?(events.flatMap { $0.actions.compactMap(\.action.sub) }) }
             }
             for pending in batch {
                 let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)

@@ -172,7 +172,9 @@ public struct EventQueue: BoundedStore {
             switch event.actions {
             case .success(let decided):
                 done.append(event.id)
-                for (position, action) in decided { actions.append(event: event.id, position: position, action) }
+                for (position, action) in try await EmailSubjects.resolve(decided, on: connection, logger: logger) {
+                    actions.append(event: event.id, position: position, action)
+                }
             case .failure(let failure):
                 let status = try await recordFailure(id: event.id, attempts: event.attempts, message: failure.message, on: connection)
                 result.failed += 1

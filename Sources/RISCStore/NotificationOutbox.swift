@@ -158,19 +158,20 @@ public struct NotificationOutbox: BoundedStore {
             var claimed: [Delivery] = []
             for try await (
                 id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                keyID, previousSealed, previousKeyID, traceparent, issuedAt
+                keyID, previousSealed, previousKeyID, traceparent, issuedAt, transmitter, subject
             )
                 in rows.decode(
                     (
                         Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                        String?, String?, Date?
+                        String?, String?, Date?, String?, String?
                     ).self)
             {
                 let (secret, problem) = SubscriberStore.openSecret(with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
                 let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
-                let notification = ActionNotification(
+                var notification = ActionNotification(
                     kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
                     issuedAt: issuedAt, occurredAt: occurredAt)
+                notification.received(from: transmitter, subject: subject)
                 claimed.append(
                     Delivery(
                         id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
@@ -204,7 +205,7 @@ public struct NotificationOutbox: BoundedStore {
         RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
                   n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
                   CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
-                  n.traceparent, n.event_issued_at
+                  n.traceparent, n.event_issued_at, n.transmitter, n.subject::text
         """
     }
 

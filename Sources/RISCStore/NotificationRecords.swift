@@ -47,24 +47,24 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
 
     static let columns = """
         id, webhook_id, subscriber_id, kind, sub, count, event_id, event_jti, event_type, occurred_at, action_id, status, attempts,
-        next_attempt_at, last_attempt_at, last_error, delivered_at, event_issued_at
+        next_attempt_at, last_attempt_at, last_error, delivered_at, event_issued_at, transmitter, subject::text
         """
     typealias Row = (
         Int64, String, Int64, String, String, Int32, Int64, String, String, Date, Int64, NotificationStatus, Int32, Date, Date?,
-        String?, Date?, Date?
+        String?, Date?, Date?, String?, String?
     )
 
     init(row: Row) {
         let (
             id, webhookID, subscriberID, kind, sub, count, eventID, jti, eventType, occurredAt, actionID, status, attempts,
-            nextAttemptAt, lastAttemptAt, lastError, deliveredAt, issuedAt
+            nextAttemptAt, lastAttemptAt, lastError, deliveredAt, issuedAt, transmitter, subject
         ) = row
         (self.id, self.webhookID, self.subscriberID) = (id, webhookID, subscriberID)
-        body =
-            ActionNotification(
-                kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-                issuedAt: issuedAt, occurredAt: occurredAt
-            ).body
+        var notification = ActionNotification(
+            kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+            issuedAt: issuedAt, occurredAt: occurredAt)
+        notification.received(from: transmitter, subject: subject)
+        body = notification.body
         (self.actionID, self.status, self.attempts) = (actionID, status, Int(attempts))
         self.nextAttemptAt = status == .pending ? nextAttemptAt : nil
         (self.lastAttemptAt, self.lastError, self.deliveredAt) = (lastAttemptAt, lastError, deliveredAt)
@@ -83,4 +83,12 @@ public struct NotificationRecord: Sendable, Equatable, Encodable {
 public struct NotificationPage: Sendable, Equatable, Encodable {
     public var notifications: [NotificationRecord]
     public var nextCursor: String?
+}
+
+extension ActionNotification {
+    /// The stored transmitter and subject (`risc_notifications.transmitter`, `subject::text`) of a Shared Signals event.
+    mutating func received(from transmitter: String?, subject: String?) {
+        self.transmitter = transmitter
+        self.subject = subject.flatMap { try? JSONValue.parse($0.utf8) }
+    }
 }

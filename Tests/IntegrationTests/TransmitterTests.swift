@@ -297,6 +297,50 @@ struct TransmitterTests {
         }
     }
 
+    @Test("An email subject names the user who last signed in with it; every event is notified with the transmitter and subject")
+    func subjectsAndNotifications() async throws {
+        try await Self.withPushStream { harness, _ in
+            let subscriber = TestSubscriber()
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                try await withDispatchers(client: harness.database) {
+                    // Sign-in stores the ID token's verified email, `<sub>@example.com`; the subject's case is ignored.
+                    let sub = "mail-\(UUID().uuidString.lowercased())"
+                    let session = try await harness.newSession(sub: sub)
+                    let email: JSONValue = ["format": "email", "email": .string("\(sub)@Example.COM")]
+                    let revoked = try await Self.push(harness, ["type": "session-revoked", "sub_id": email])
+                    #expect(revoked.status == 202)
+                    try await eventually("the session is revoked") { try await harness.checkSession(session).status == 401 }
+
+                    // A subject that names no user here changes nothing, and the app still hears of it.
+                    let stranger: JSONValue = ["format": "opaque", "id": "someone-else"]
+                    let unknown = try await Self.push(harness, ["type": "credential-change", "sub_id": stranger])
+                    let unknownEmail: JSONValue = ["format": "email", "email": .string("nobody-\(sub)@example.com")]
+                    let unmatched = try await Self.push(harness, ["type": "session-revoked", "sub_id": unknownEmail])
+                    #expect(unknown.status == 202 && unmatched.status == 202)
+
+                    try await eventually("three notifications arrive") { subscriber.accepted.withLock { $0.count } == 3 }
+                    let bodies = Dictionary(
+                        subscriber.accepted.withLock { $0 }.map { ($0.json["event"]?["jti"]?.stringValue ?? "", $0.json) }) { first, _ in first }
+                    let expected: [(jti: String, type: String, sub: JSONValue, count: Double, subject: JSONValue)] = [
+                        (revoked.jti, "revoke_sessions", .string(sub), 1, email),
+                        (unknown.jti, "require_credential_change", .null, 0, stranger),
+                        (unmatched.jti, "revoke_sessions", .null, 0, unknownEmail),
+                    ]
+                    for notice in expected {
+                        let body = bodies[notice.jti]
+                        #expect(body?["type"]?.stringValue == notice.type, "\(String(describing: body))")
+                        #expect(body?["sub"] == notice.sub && body?["count"]?.number == notice.count, "\(String(describing: body))")
+                        #expect(body?["transmitter"] == "dev-ssf" && body?["subject"] == notice.subject, "\(String(describing: body))")
+                    }
+                    // The admin API shows the same body.
+                    let listed = try await harness.call(.GET, "/admin/v1/notifications", bearer: Harness.adminToken).json
+                    #expect(listed["notifications"]?.arrayValue?.allSatisfy { $0["body"]?["transmitter"] == "dev-ssf" } == true)
+                }
+            }
+        }
+    }
+
     @Test("A transmitter that changes its metadata's issuer after it was registered is not believed, even as Google")
     func issuerPinned() async throws {
         try await Self.withPushStream { harness, _ in

@@ -14,19 +14,19 @@ struct AccountRulesTests {
     func everyType() {
         let identifier = TokenIdentifier.prefix("1//0gabcdefghijk")
         let expected: [(SecurityEvent, [AccountAction])] = [
-            (event(.sessionsRevoked), [.revokeSessions(sub: "42")]),
-            (event(.caepSessionRevoked), [.revokeSessions(sub: "42")]),
-            (event(.tokensRevoked), [.revokeSessions(sub: "42"), .deleteGrants(sub: "42")]),
+            (event(.sessionsRevoked), [.revokeSessions(user: .sub("42"))]),
+            (event(.caepSessionRevoked), [.revokeSessions(user: .sub("42"))]),
+            (event(.tokensRevoked), [.revokeSessions(user: .sub("42")), .deleteGrants(user: .sub("42"))]),
             (
                 event(.tokenRevoked, subject: .oauthToken(tokenType: "refresh_token", identifier: identifier)),
                 [.deleteGrant(identifier, clientIDs: ["app"])]
             ),
-            (event(.accountDisabled), [.disableSignIn(sub: "42", reason: nil)]),
-            (event(.accountDisabled, reason: "hijacking"), [.disableSignIn(sub: "42", reason: "hijacking"), .revokeSessions(sub: "42")]),
-            (event(.accountDisabled, reason: "bulk-account"), [.disableSignIn(sub: "42", reason: "bulk-account"), .flagForReview(sub: "42")]),
-            (event(.accountEnabled), [.enableSignIn(sub: "42")]),
-            (event(.accountCredentialChangeRequired), [.requireCredentialChange(sub: "42")]),
-            (event(.caepCredentialChange), [.requireCredentialChange(sub: "42")]),
+            (event(.accountDisabled), [.disableSignIn(user: .sub("42"), reason: nil)]),
+            (event(.accountDisabled, reason: "hijacking"), [.disableSignIn(user: .sub("42"), reason: "hijacking"), .revokeSessions(user: .sub("42"))]),
+            (event(.accountDisabled, reason: "bulk-account"), [.disableSignIn(user: .sub("42"), reason: "bulk-account"), .flagForReview(user: .sub("42"))]),
+            (event(.accountEnabled), [.enableSignIn(user: .sub("42"))]),
+            (event(.accountCredentialChangeRequired), [.requireCredentialChange(user: .sub("42"))]),
+            (event(.caepCredentialChange), [.requireCredentialChange(user: .sub("42"))]),
             (event(.verification, state: "s-1"), [.recordVerification(state: "s-1")]),
             (event(.ssfVerification, state: "s-2"), [.recordVerification(state: "s-2")]),
             (event(.ssfStreamUpdated), [.skip(reason: "a stream status change names no user")]),
@@ -40,7 +40,7 @@ struct AccountRulesTests {
     @Test("The id_token_claims subject works like iss-sub")
     func idTokenClaimsSubject() {
         let event = event(.sessionsRevoked, subject: .idTokenClaims(iss: "accounts.google.com", sub: "7", email: "a@example.com"))
-        #expect(AccountAction.actions(for: event, audience: []) == [.revokeSessions(sub: "7")])
+        #expect(AccountAction.actions(for: event, audience: []) == [.revokeSessions(user: .sub("7"))])
     }
 
     @Test("A subject that names no Google account, or the wrong kind, is skipped with a reason")
@@ -51,12 +51,55 @@ struct AccountRulesTests {
         #expect(AccountAction.actions(for: unknown, audience: []).map(\.kind) == [.skip])
     }
 
+    @Test("On a Shared Signals stream every event is acted on: a Google sub, an email to match, or nobody")
+    func sharedSignalsSubjects() {
+        func actions(_ type: EventType, _ subject: Subject?) -> [AccountAction] {
+            var event = event(type, subject: subject)
+            event.subject = subject
+            event.subjectRules = .sharedSignals
+            return AccountAction.actions(for: event, audience: [])
+        }
+        #expect(actions(.caepSessionRevoked, .issuerAndSubject(iss: "https://accounts.google.com", sub: "9")) == [.revokeSessions(user: .sub("9"))])
+        #expect(actions(.caepSessionRevoked, .email("Ann@Example.com")) == [.revokeSessions(user: .email("Ann@Example.com"))])
+        #expect(
+            actions(.caepCredentialChange, .complex(members: ["user": .email("a@b.example"), "device": .opaque("d")]))
+                == [.requireCredentialChange(user: .email("a@b.example"))])
+        // Another issuer's sub, an opaque id, or no subject at all name nobody here, and the action is still taken.
+        #expect(actions(.caepSessionRevoked, .issuerAndSubject(iss: "https://idp.example", sub: "9")) == [.revokeSessions(user: .nobody)])
+        #expect(actions(.accountDisabled, .opaque("x")) == [.disableSignIn(user: .nobody, reason: nil)])
+        #expect(actions(.tokensRevoked, nil) == [.revokeSessions(user: .nobody), .deleteGrants(user: .nobody)])
+        // Google's own stream keeps its rule: an email alone names no one, and the event is a recorded skip.
+        #expect(AccountAction.actions(for: event(.caepSessionRevoked, subject: .email("a@b.example")), audience: []).map(\.kind) == [.skip])
+    }
+
+    @Test("An email is resolved to the user it names, or to nobody; other actions are left as they are")
+    func resolvingEmails() {
+        let users = ["a@b.example": "7"]
+        #expect(AccountAction.revokeSessions(user: .email("a@b.example")).resolvingEmail(users) == .revokeSessions(user: .sub("7")))
+        #expect(
+            AccountAction.disableSignIn(user: .email("c@b.example"), reason: "hijacking").resolvingEmail(users)
+                == .disableSignIn(user: .nobody, reason: "hijacking"))
+        #expect(AccountAction.enableSignIn(user: .sub("1")).resolvingEmail(users) == .enableSignIn(user: .sub("1")))
+        #expect(AccountAction.recordVerification(state: "s").resolvingEmail(users) == .recordVerification(state: "s"))
+    }
+
+    @Test("The subject rules survive the stored form; an unknown rule is not read as Google's")
+    func storedSubjectRules() throws {
+        var event = event(.caepSessionRevoked, subject: .email("a@b.example"))
+        event.subjectRules = .sharedSignals
+        #expect(SecurityEvent(stored: event.jsonValue) == event)
+        #expect(SecurityEvent(stored: self.event(.sessionsRevoked).jsonValue)?.subjectRules == .google)
+        var stored = try #require(event.jsonValue.objectValue)
+        stored["subject_rules"] = "from-the-future"
+        #expect(SecurityEvent(stored: .object(stored)) == nil)
+    }
+
     @Test("Only a non-empty sub issued by Google's sign-in names a user")
     func subjectIssuer() {
         for iss in ["https://accounts.google.com", "https://accounts.google.com/", "accounts.google.com"] {
             #expect(
                 AccountAction.actions(for: event(.sessionsRevoked, subject: .issuerAndSubject(iss: iss, sub: "9")), audience: [])
-                    == [.revokeSessions(sub: "9")])
+                    == [.revokeSessions(user: .sub("9"))])
         }
         let skips: [(Subject, String)] = [
             (.issuerAndSubject(iss: "https://evil.example", sub: "9"), "the subject was not issued by Google's sign-in"),

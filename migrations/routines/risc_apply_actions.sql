@@ -17,6 +17,7 @@
 --
 -- `actions` is a JSON array, one object per action, in each event's order:
 --   {"event": N, "position": P, "kind": K, "sub": S or null, "argument": A or null, "client_ids": [...]}
+-- A kind that acts on a user with a null `sub` is a Shared Signals event about someone who is not a user of ours.
 -- `event` is the event's id; or, when `event_ids` is given, the 1-based place of the id in `event_ids` (the
 -- inbox's batch rows), where NULL (a duplicate SET) skips the action. `position` is the event's place in its SET.
 -- Every user the batch touches is locked first, in one order (by lock key: two subs may share one): the actions'
@@ -99,97 +100,104 @@ BEGIN
         ambiguous := 0;
         detail := NULLIF(a.argument, '');
         erased := NULL;
-        CASE a.kind
-        WHEN 'revoke_sessions' THEN
-            -- A stale hijacking report still ends the sessions that existed when it was issued.
-            IF (event_id || ':' || a.position || ':' || a.sub) = ANY (stale) THEN
-                cutoff := issued;
-                detail := 'stale event: only sessions created up to its iat';
-            ELSIF replaying THEN
-                -- The clock, not the transaction's start: a sign-in that held the user's lock while this batch
-                -- waited for it committed a session after now().
-                cutoff := clock_timestamp();
-                detail := 'replayed from shadow mode: sessions created up to the replay';
-            ELSE
-                cutoff := received;
-            END IF;
-            sessions := ARRAY(SELECT s.id FROM risc_sessions s
-                               WHERE s.sub = a.sub AND s.revoked_at IS NULL AND s.created_at <= cutoff FOR NO KEY UPDATE);
-            affected := cardinality(sessions);
-            IF enforce THEN
-                UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id WHERE id = ANY (sessions);
-                -- ID tokens issued up to the cutoff no longer sign the user in (not counted: no session row).
-                INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
-                ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
-                 WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
-            END IF;
-        -- The grants each kind erases, each found through its own index; then one erasure for all three.
-        WHEN 'delete_grants' THEN
-            -- iat counts whole seconds: a grant stored in its second may be one it revoked. Not replaying, every
-            -- grant is stored before infinity.
-            erased := ARRAY(SELECT g.id FROM risc_grants g
-                             WHERE g.sub = a.sub AND g.revoked_at IS NULL
-                               AND g.created_at < CASE WHEN replaying THEN issued + interval '1 second' ELSE 'infinity' END
-                             FOR NO KEY UPDATE);
-            IF replaying THEN detail := 'replayed from shadow mode: grants stored up to its iat'; END IF;
-        -- token-revoked names a token of one of the SET's audiences: grants of other clients are not touched.
-        -- An erased grant keeps no identifier, so only live grants match.
-        WHEN 'delete_grant_by_prefix' THEN
-            erased := ARRAY(SELECT g.id FROM risc_grants g
-                             WHERE g.token_prefix = a.argument AND g.client_id = ANY (ARRAY(SELECT jsonb_array_elements_text(a.client_ids)))
-                             FOR NO KEY UPDATE);
-        WHEN 'delete_grant_by_hash' THEN
-            erased := ARRAY(SELECT g.id FROM risc_grants g
-                             WHERE g.token_hash = a.argument AND g.client_id = ANY (ARRAY(SELECT jsonb_array_elements_text(a.client_ids)))
-                             FOR NO KEY UPDATE);
-        -- The account kinds change the user's one row, inserted if absent, unless it already says so. The row read is
-        -- locked, and an absent one cannot appear: every writer of risc_users holds the user's lock. The upserts
-        -- keep their conditions all the same, so that a writer that one day does not can never undo a newer state.
-        -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
-        -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
-        WHEN 'disable_sign_in', 'enable_sign_in' THEN
-            SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
-            affected := CASE WHEN account.sub IS NULL OR account.sign_in_state_at IS NULL
-                               OR (account.sign_in_state_at, coalesce(account.sign_in_state_event, 0),
-                                   coalesce(account.sign_in_state_position, 0)) <= (issued, event_id, a.position)
-                             THEN 1 ELSE 0 END;
-            IF enforce AND affected > 0 THEN
-                INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
-                                             sign_in_state_position)
-                VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN NULLIF(a.argument, '') END,
-                        issued, event_id, a.position)
-                ON CONFLICT (sub) DO UPDATE
-                   SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
-                       sign_in_state_at = EXCLUDED.sign_in_state_at, sign_in_state_event = EXCLUDED.sign_in_state_event,
-                       sign_in_state_position = EXCLUDED.sign_in_state_position, updated_at = now()
-                 WHERE u.sign_in_state_at IS NULL
-                    OR (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
-                       <= (EXCLUDED.sign_in_state_at, EXCLUDED.sign_in_state_event, EXCLUDED.sign_in_state_position);
-            END IF;
-            IF affected = 0 THEN
-                stale := stale || (event_id || ':' || a.position || ':' || a.sub);
-                detail := coalesce(detail || ': ', '') || 'skipped, the account state is newer than the event';
-            END IF;
-        WHEN 'flag_for_review' THEN
-            SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
-            affected := CASE WHEN account.sub IS NULL OR NOT account.review_required THEN 1 ELSE 0 END;
-            IF enforce AND affected > 0 THEN
-                INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
-                ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
-            END IF;
-        WHEN 'require_credential_change' THEN
-            SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
-            affected := CASE WHEN account.sub IS NULL OR NOT account.credential_change_required THEN 1 ELSE 0 END;
-            IF enforce AND affected > 0 THEN
-                INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
-                ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
-                 WHERE NOT u.credential_change_required;
-            END IF;
-        WHEN 'record_verification', 'skip' THEN
-            affected := 0;
+        -- A Shared Signals subject that names no user of ours: nothing to change, and still recorded (and notified),
+        -- so that the app's own stores hear of it.
+        IF a.sub IS NULL AND a.kind IN ('revoke_sessions', 'delete_grants', 'disable_sign_in', 'enable_sign_in', 'flag_for_review',
+                                        'require_credential_change') THEN
+            detail := 'the subject names no user of this service';
         ELSE
-            RAISE EXCEPTION 'unknown action kind %', a.kind;
-        END CASE;
+            CASE a.kind
+            WHEN 'revoke_sessions' THEN
+                -- A stale hijacking report still ends the sessions that existed when it was issued.
+                IF (event_id || ':' || a.position || ':' || a.sub) = ANY (stale) THEN
+                    cutoff := issued;
+                    detail := 'stale event: only sessions created up to its iat';
+                ELSIF replaying THEN
+                    -- The clock, not the transaction's start: a sign-in that held the user's lock while this batch
+                    -- waited for it committed a session after now().
+                    cutoff := clock_timestamp();
+                    detail := 'replayed from shadow mode: sessions created up to the replay';
+                ELSE
+                    cutoff := received;
+                END IF;
+                sessions := ARRAY(SELECT s.id FROM risc_sessions s
+                                   WHERE s.sub = a.sub AND s.revoked_at IS NULL AND s.created_at <= cutoff FOR NO KEY UPDATE);
+                affected := cardinality(sessions);
+                IF enforce THEN
+                    UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id WHERE id = ANY (sessions);
+                    -- ID tokens issued up to the cutoff no longer sign the user in (not counted: no session row).
+                    INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
+                    ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
+                     WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
+                END IF;
+            -- The grants each kind erases, each found through its own index; then one erasure for all three.
+            WHEN 'delete_grants' THEN
+                -- iat counts whole seconds: a grant stored in its second may be one it revoked. Not replaying, every
+                -- grant is stored before infinity.
+                erased := ARRAY(SELECT g.id FROM risc_grants g
+                                 WHERE g.sub = a.sub AND g.revoked_at IS NULL
+                                   AND g.created_at < CASE WHEN replaying THEN issued + interval '1 second' ELSE 'infinity' END
+                                 FOR NO KEY UPDATE);
+                IF replaying THEN detail := 'replayed from shadow mode: grants stored up to its iat'; END IF;
+            -- token-revoked names a token of one of the SET's audiences: grants of other clients are not touched.
+            -- An erased grant keeps no identifier, so only live grants match.
+            WHEN 'delete_grant_by_prefix' THEN
+                erased := ARRAY(SELECT g.id FROM risc_grants g
+                                 WHERE g.token_prefix = a.argument AND g.client_id = ANY (ARRAY(SELECT jsonb_array_elements_text(a.client_ids)))
+                                 FOR NO KEY UPDATE);
+            WHEN 'delete_grant_by_hash' THEN
+                erased := ARRAY(SELECT g.id FROM risc_grants g
+                                 WHERE g.token_hash = a.argument AND g.client_id = ANY (ARRAY(SELECT jsonb_array_elements_text(a.client_ids)))
+                                 FOR NO KEY UPDATE);
+            -- The account kinds change the user's one row, inserted if absent, unless it already says so. The row read is
+            -- locked, and an absent one cannot appear: every writer of risc_users holds the user's lock. The upserts
+            -- keep their conditions all the same, so that a writer that one day does not can never undo a newer state.
+            -- Ordered by (iat, event id, position in the SET): the id is the arrival order, so of two events issued
+            -- in the same second the later arrival wins, and a replay of the earlier one cannot undo it.
+            WHEN 'disable_sign_in', 'enable_sign_in' THEN
+                SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
+                affected := CASE WHEN account.sub IS NULL OR account.sign_in_state_at IS NULL
+                                   OR (account.sign_in_state_at, coalesce(account.sign_in_state_event, 0),
+                                       coalesce(account.sign_in_state_position, 0)) <= (issued, event_id, a.position)
+                                 THEN 1 ELSE 0 END;
+                IF enforce AND affected > 0 THEN
+                    INSERT INTO risc_users AS u (sub, sign_in_disabled, disabled_reason, sign_in_state_at, sign_in_state_event,
+                                                 sign_in_state_position)
+                    VALUES (a.sub, a.kind = 'disable_sign_in', CASE WHEN a.kind = 'disable_sign_in' THEN NULLIF(a.argument, '') END,
+                            issued, event_id, a.position)
+                    ON CONFLICT (sub) DO UPDATE
+                       SET sign_in_disabled = EXCLUDED.sign_in_disabled, disabled_reason = EXCLUDED.disabled_reason,
+                           sign_in_state_at = EXCLUDED.sign_in_state_at, sign_in_state_event = EXCLUDED.sign_in_state_event,
+                           sign_in_state_position = EXCLUDED.sign_in_state_position, updated_at = now()
+                     WHERE u.sign_in_state_at IS NULL
+                        OR (u.sign_in_state_at, coalesce(u.sign_in_state_event, 0), coalesce(u.sign_in_state_position, 0))
+                           <= (EXCLUDED.sign_in_state_at, EXCLUDED.sign_in_state_event, EXCLUDED.sign_in_state_position);
+                END IF;
+                IF affected = 0 THEN
+                    stale := stale || (event_id || ':' || a.position || ':' || a.sub);
+                    detail := coalesce(detail || ': ', '') || 'skipped, the account state is newer than the event';
+                END IF;
+            WHEN 'flag_for_review' THEN
+                SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
+                affected := CASE WHEN account.sub IS NULL OR NOT account.review_required THEN 1 ELSE 0 END;
+                IF enforce AND affected > 0 THEN
+                    INSERT INTO risc_users AS u (sub, review_required) VALUES (a.sub, true)
+                    ON CONFLICT (sub) DO UPDATE SET review_required = true, updated_at = now() WHERE NOT u.review_required;
+                END IF;
+            WHEN 'require_credential_change' THEN
+                SELECT u.* INTO account FROM risc_users u WHERE u.sub = a.sub FOR NO KEY UPDATE;
+                affected := CASE WHEN account.sub IS NULL OR NOT account.credential_change_required THEN 1 ELSE 0 END;
+                IF enforce AND affected > 0 THEN
+                    INSERT INTO risc_users AS u (sub, credential_change_required) VALUES (a.sub, true)
+                    ON CONFLICT (sub) DO UPDATE SET credential_change_required = true, updated_at = now()
+                     WHERE NOT u.credential_change_required;
+                END IF;
+            WHEN 'record_verification', 'skip' THEN
+                affected := 0;
+            ELSE
+                RAISE EXCEPTION 'unknown action kind %', a.kind;
+            END CASE;
+        END IF;
         IF erased IS NOT NULL THEN
             affected := cardinality(erased);
             IF enforce AND affected > 0 THEN
@@ -206,7 +214,7 @@ BEGIN
         out_subs := out_subs || a.sub;
         out_details := out_details || detail;
         out_counts := out_counts || affected;
-        out_skipped := out_skipped || ((a.kind = 'disable_sign_in' OR a.kind = 'enable_sign_in') AND affected = 0);
+        out_skipped := out_skipped || (a.sub IS NOT NULL AND (a.kind = 'disable_sign_in' OR a.kind = 'enable_sign_in') AND affected = 0);
         -- A 16-character prefix can be shared: erasing every match fails safe, and admins are told.
         IF ambiguous > 1 THEN
             out_events := out_events || event_id;

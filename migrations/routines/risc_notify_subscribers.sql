@@ -9,12 +9,18 @@ BEGIN
         RETURN NULL;
     END IF;
     -- The event's traceparent (tracing on): the delivery continues the trace of the request that stored it.
+    -- An event from a Shared Signals transmitter names it, and its subject as received: the event's own, else the
+    -- SET's `sub_id`, as the receiver read them.
     INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at,
-                                    traceparent, event_issued_at)
+                                    traceparent, event_issued_at, transmitter, subject)
     SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[coalesce(a.event_position, 0) + 1], ''),
-           a.applied_at, e.traceparent, e.issued_at
+           a.applied_at, e.traceparent, e.issued_at, t.name,
+           CASE WHEN t.name IS NOT NULL
+                THEN coalesce(e.claims -> 'events' -> e.event_types[coalesce(a.event_position, 0) + 1] -> 'subject', e.claims -> 'sub_id')::jsonb
+           END
       FROM recorded_actions a
       JOIN risc_events e ON e.id = a.event_id
+      LEFT JOIN risc_transmitters t ON t.issuer = e.issuer
       JOIN risc_subscribers s ON s.actions IS NULL OR a.kind = ANY (s.actions)
      -- A shadow action changed nothing, so there is nothing to tell.
      WHERE NOT a.shadow AND NOT a.skipped AND a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
