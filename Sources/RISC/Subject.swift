@@ -54,7 +54,9 @@ public enum Subject: Sendable, Equatable {
     /// Parses one subject object; nil when the value is not an object at all.
     public init?(json: JSONValue) {
         guard let object = json.objectValue else { return nil }
-        let kind = object["subject_type"]?.stringValue ?? object["format"]?.stringValue
+        // Okta's CAEP events name the user as `{"user": {...}}`, without `format`: read as the complex subject it is.
+        let kind =
+            object["subject_type"]?.stringValue ?? object["format"]?.stringValue ?? (object["user"]?.objectValue != nil ? "complex" : nil)
         let iss = object["iss"]?.stringValue
         let sub = object["sub"]?.stringValue
         switch kind {

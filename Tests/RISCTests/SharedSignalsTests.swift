@@ -136,6 +136,14 @@ struct SharedSignalsTests {
         #expect(listed.foreign == ["theirs"])
     }
 
+    @Test("A subject without format whose user member is a subject is read as complex (Okta's CAEP events)")
+    func oktaComplexSubject() throws {
+        let json = try JSONValue.parse(Data(#"{"user": {"format": "email", "email": "ann@example.com"}}"#.utf8))
+        #expect(Subject(json: json) == .complex(members: ["user": .email("ann@example.com")]))
+        #expect(Subject(json: json)?.email == "ann@example.com")
+        #expect(Subject(json: try JSONValue.parse(Data(#"{"id": "x"}"#.utf8))) == .unrecognized(format: nil))
+    }
+
     @Test("A complex subject's user is the user; a critical member not understood stops its actions")
     func complexSubjects() throws {
         let subject = try #require(
