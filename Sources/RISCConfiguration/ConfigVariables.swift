@@ -60,8 +60,10 @@ public enum ConfigVariables {
 
     /// Base64 AES-256 keys: the current one seals, previous ones only open (for rotation).
     public static let vaultKey = ConfigVariable<String>(
-        "RISC_VAULT_KEY", default: .unset, secret: true, help: "AES-256 key that seals the vault's refresh tokens and the subscribers' secrets",
-        rule: vaultKeyRule, note: "required with `RISC_SERVICE_TOKEN` or `RISC_SUBSCRIBERS`, to add subscribers, and by `vault rotate`"
+        "RISC_VAULT_KEY", default: .unset, secret: true,
+        help: "AES-256 key that seals the vault's refresh tokens, the subscribers' secrets and the transmitters' credentials",
+        rule: vaultKeyRule,
+        note: "required with `RISC_SERVICE_TOKEN`, `RISC_SUBSCRIBERS` or `RISC_TRANSMITTERS`, to add subscribers or transmitters, and by `vault rotate`"
     ) { VaultCipher.key(base64: $0) != nil }
 
     public static let vaultPreviousKeys = ConfigVariable<[String]>(
@@ -133,6 +135,25 @@ public enum ConfigVariables {
                 throw Problem("entry \(index + 1): \(error.description)")
             }
         }
+    }
+
+    public static let transmitters = ConfigVariable<[NewTransmitter]>(
+        "RISC_TRANSMITTERS", as: String.self, default: .unset, secret: true,
+        help:
+            #"Shared Signals transmitters, as a JSON array of the fields of `POST /admin/v1/transmitters` (`name`, `issuer`, `client_id` and `client_secret`, ...); `serve` keeps the configured transmitters in step with it at start-up, matched by name, and leaves those added with `transmitters add` alone"#,
+        rule: #"must be a JSON array of {"name", "issuer", "client_id", "client_secret" | "client_key" | "bearer", ...}, each name once"#,
+        show: { "<redacted: \($0.count) transmitters>" }
+    ) { text in
+        guard let list = try? JSONValue.parse(Data(text.utf8)).arrayValue else { throw Problem.brokenRule }
+        let transmitters = try list.enumerated().map { index, entry in
+            do throws(InvalidParameter) {
+                return try NewTransmitter(json: entry)
+            } catch {
+                throw Problem("entry \(index + 1): \(error.name) \(error.problem)")
+            }
+        }
+        guard Set(transmitters.map(\.name)).count == transmitters.count else { throw Problem("a name is given twice") }
+        return transmitters
     }
 
     public static let verifyInterval = ConfigVariable<Double>(
@@ -249,10 +270,10 @@ public enum ConfigVariables {
     public static let publicURL = ConfigVariable<String>(
         "RISC_PUBLIC_URL", default: .unset,
         help: "the service's public base URL, from which the push endpoints of Shared Signals streams are made (URL/ssf/NAME/events)",
-        rule: httpsRule, note: "required by `streams create` for a push stream", valid: URLPolicy.isHTTPSOrLoopback)
+        rule: httpsRule, note: "required to create or replace a push stream", valid: URLPolicy.isHTTPSOrLoopback)
 
     public static let all: [any ConfigVariableDocumentation] =
-        ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL, publicURL]
+        ServiceConfiguration.settings.map(\.variable) + [serviceAccountFile, managementURL]
 
     /// The configuration reference's table of variables; `risc-receiver config variables` prints it, and a test holds docs/configuration.md to it.
     /// A command's help text about its variables: name, default and meaning, from the same descriptions.

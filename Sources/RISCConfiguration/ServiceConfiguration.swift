@@ -1,6 +1,7 @@
 import Configuration
 import Foundation
 import Logging
+import RISC
 import RISCKeys
 
 /// Everything `serve` reads from its configuration, validated once at start-up. Each property is filled
@@ -46,6 +47,10 @@ public struct ServiceConfiguration: Sendable {
     /// Seconds between delivery probes; 0 is off.
     public var verifyIntervalSeconds = ConfigVariables.verifyInterval.defaultValue
     public var deliveryURL: String?
+    /// Nil leaves the configured transmitters as they are.
+    public var transmitters: [NewTransmitter]?
+    /// The service's public base URL: push streams at Shared Signals transmitters deliver to URL/ssf/NAME/events.
+    public var publicURL: String?
     public var sessionLifetimeSeconds = ConfigVariables.sessionLifetime.defaultValue
     public var maxSessionsPerUser = ConfigVariables.maxSessionsPerUser.defaultValue
     public var hostedDomains = ConfigVariables.hostedDomains.defaultValue
@@ -76,6 +81,9 @@ public struct ServiceConfiguration: Sendable {
             throw Invalid(variable: ConfigVariables.vaultKey.name, problem: "is required when RISC_SERVICE_TOKEN enables the vault")
         }
         try worker.check()
+        if transmitters != nil, vaultKey == nil {
+            throw Invalid(variable: ConfigVariables.vaultKey.name, problem: "is required with RISC_TRANSMITTERS: their credentials are sealed with it")
+        }
         if verifyIntervalSeconds > 0, deliveryURL == nil {
             throw Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")
         }
@@ -141,6 +149,8 @@ public struct ServiceConfiguration: Sendable {
         Setting(ConfigVariables.subscribers, \.worker.subscribers),
         Setting(ConfigVariables.verifyInterval, \.verifyIntervalSeconds),
         Setting(ConfigVariables.deliveryURL, \.deliveryURL),
+        Setting(ConfigVariables.publicURL, \.publicURL),
+        Setting(ConfigVariables.transmitters, \.transmitters),
         Setting(ConfigVariables.sessionLifetime, \.sessionLifetimeSeconds),
         Setting(ConfigVariables.maxSessionsPerUser, \.maxSessionsPerUser),
         Setting(ConfigVariables.hostedDomains, \.hostedDomains),

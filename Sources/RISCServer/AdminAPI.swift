@@ -24,6 +24,7 @@ public enum AdminAPI {
         AdminSubscriberRoutes<Context, Subscribers>(store: subscribers).addRoutes(to: group)
         AdminNotificationRoutes<Context, Notifications>(store: notifications).addRoutes(to: group)
         AdminTransmitterRoutes<Context, Transmitters>(store: transmitters).addRoutes(to: group)
+        AdminStreamRoutes<Context, Transmitters>(store: transmitters).addRoutes(to: group)
     }
 
     /// 202 to a replay: the event or notification waits again.

@@ -49,7 +49,7 @@ public func buildApplication(
             notifications: NotificationOutbox(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger),
             transmitters: TransmitterRegistry(
                 store: TransmitterStore(client: postgres, timeout: timeout, cipher: configuration.worker.cipher, logger: logger),
-                googleConfigurationURL: configuration.riscConfigurationURL))
+                googleConfigurationURL: configuration.riscConfigurationURL, publicURL: configuration.publicURL))
     }
     if let serviceToken = configuration.serviceToken, let grants = dependencies.grants {
         VaultController<AppRequestContext, GrantStore>(serviceToken: serviceToken, grants: grants, oauth: dependencies.oauth)

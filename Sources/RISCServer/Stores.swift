@@ -79,4 +79,6 @@ public protocol TransmitterStoring: Sendable {
     func transmitter(named name: TransmitterName) async throws -> TransmitterRecord?
     func add(_ transmitter: NewTransmitter) async throws -> TransmitterRecord
     func remove(named name: TransmitterName) async throws -> Bool
+    /// The stream at a Shared Signals transmitter (`ManagedStream.Failure` for google or an unknown name).
+    func stream(of name: TransmitterName) async throws -> ManagedStream
 }

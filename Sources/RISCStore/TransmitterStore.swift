@@ -46,6 +46,51 @@ public struct TransmitterStore: SealingStore {
         }
     }
 
+    /// Registers a transmitter from RISC_TRANSMITTERS, or changes the configured one of that name to what the
+    /// configuration says now. Its stream is kept, unless the issuer changed (the stream is then another
+    /// transmitter's). One an operator added is never touched: false then.
+    public func upsertConfigured(_ transmitter: NewTransmitter, configURL: String, metadata: TransmitterMetadata) async throws -> Bool {
+        let cipher = try requireCipher()
+        let sealed = try cipher.seal(transmitter.authorization.secret, transmitter: transmitter.name)
+        let (clientID, scope, tokenEndpoint) = Self.clientFields(transmitter.authorization)
+        return try await bounded { connection in
+            try await connection.query(
+                """
+                UPDATE risc_transmitters
+                   SET stream_id = NULL, stream_audience = NULL, events_delivered = NULL, poll_url = NULL, push_secret_hash = NULL,
+                       stream_status = NULL, stream_status_reason = NULL, stream_status_at = NULL
+                 WHERE name = \(transmitter.name.value) AND configured AND issuer <> \(transmitter.issuer)
+                """, logger: logger)
+            let rows = try await connection.query(
+                """
+                INSERT INTO risc_transmitters AS t (name, issuer, config_url, metadata, delivery, events_requested, auth_method, client_id,
+                                                    scope, token_endpoint, secret_sealed, secret_key_id, configured)
+                VALUES (\(transmitter.name.value), \(transmitter.issuer), \(configURL), \(metadata.document.serialized)::jsonb,
+                        \(transmitter.delivery.rawValue), \(transmitter.eventsRequested), \(transmitter.authorization.methodName),
+                        \(clientID), \(scope), \(tokenEndpoint), \(sealed), \(cipher.currentKeyID), true)
+                ON CONFLICT (name) DO UPDATE
+                   SET issuer = EXCLUDED.issuer, config_url = EXCLUDED.config_url, metadata = EXCLUDED.metadata,
+                       delivery = EXCLUDED.delivery, events_requested = EXCLUDED.events_requested, auth_method = EXCLUDED.auth_method,
+                       client_id = EXCLUDED.client_id, scope = EXCLUDED.scope, token_endpoint = EXCLUDED.token_endpoint,
+                       secret_sealed = EXCLUDED.secret_sealed, secret_key_id = EXCLUDED.secret_key_id
+                 WHERE t.configured
+                RETURNING name
+                """, logger: logger)
+            var written = false
+            for try await _ in rows.decode(String.self) { written = true }
+            return written
+        }
+    }
+
+    /// Removes the configured transmitters not in `names` (RISC_TRANSMITTERS no longer lists them); returns their names.
+    public func removeConfigured(keeping names: [TransmitterName]) async throws -> [String] {
+        try await bounded { connection in
+            try await connection.values(
+                "DELETE FROM risc_transmitters WHERE configured AND name <> ALL(\(names.map(\.value))) RETURNING name", as: String.self,
+                logger: logger)
+        }
+    }
+
     private static func clientFields(_ authorization: StreamAuthorization) -> (String?, String?, String?) {
         switch authorization {
         case .clientCredentials(let clientID, _, _, let scope, let tokenEndpoint): (clientID, scope, tokenEndpoint)

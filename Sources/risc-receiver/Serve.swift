@@ -70,6 +70,13 @@ struct Serve: AsyncParsableCommand {
         {
             background.append(prober)
         }
+        if let transmitters = configuration.transmitters {
+            let store = TransmitterStore(
+                client: dependencies.postgres, timeout: dependencies.databaseTimeout, cipher: configuration.worker.cipher, logger: logger)
+            let registry = TransmitterRegistry(
+                store: store, googleConfigurationURL: configuration.riscConfigurationURL, publicURL: configuration.publicURL)
+            background.append(ConfiguredTransmitters(registry: registry, configured: transmitters, logger: logger))
+        }
         let worker: [any Service] = background.isEmpty ? [] : [AfterListening(listening.stream, background)]
         let expected = try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory)
         if expected == nil {

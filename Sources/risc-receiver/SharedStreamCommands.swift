@@ -1,9 +1,9 @@
 import ArgumentParser
-import Crypto
 import Foundation
 import RISC
 import RISCConfiguration
 import RISCKeys
+import RISCServer
 import RISCStore
 
 /// The stream the service manages at each Shared Signals transmitter (Google's is the `stream` command's).
@@ -16,66 +16,30 @@ struct Streams: AsyncParsableCommand {
         ])
 }
 
-/// What every `streams` command does first: the transmitter's record and a client for its stream endpoints.
-struct StreamContext {
-    let name: TransmitterName
-    let store: TransmitterStore
-    let connection: TransmitterStore.Connection
-    let management: StreamManagement
-
-    /// Runs `body` with the transmitter `text` names (one database client for the whole command).
+extension ManagedStream {
+    /// Runs `body` with the stream of the transmitter `text` names (one database client for the whole command); a
+    /// failure is the command's, in one line.
     static func with<T: Sendable>(
-        _ text: String, options: AdminOptions, _ body: @escaping @Sendable (StreamContext) async throws -> T
+        _ text: String, options: AdminOptions, publicURL: String? = nil, _ body: @escaping @Sendable (ManagedStream) async throws -> T
     ) async throws -> T {
         let name = try transmitterName(text)
-        guard name != .google else { throw Bootstrap.fail("google's stream is managed with `risc-receiver stream`") }
-        return try await options.withTransmitters { registry in
-            guard let connection = try await registry.store.connection(named: name) else {
-                throw Bootstrap.fail("no transmitter \(name) (transmitters add \(name) ...)")
+        do {
+            return try await options.withTransmitters { registry in
+                try await body(try await ManagedStream.open(name, store: registry.store, publicURL: publicURL))
             }
-            let tokens = StreamAccessTokens(issuer: connection.metadata.issuer, authorization: connection.authorization)
-            return try await body(
-                StreamContext(
-                    name: name, store: registry.store, connection: connection,
-                    management: StreamManagement(metadata: connection.metadata, tokens: tokens)))
+        } catch let failure as ManagedStream.Failure {
+            switch failure.kind {
+            case .invalid, .notConfigured: throw Bootstrap.fail(failure.description, code: 2)
+            default: throw Bootstrap.fail(failure.description)
+            }
         }
     }
 
-    var streamID: String {
-        get throws {
-            guard let id = connection.record.stream?.streamID else { throw Bootstrap.fail("\(name) has no stream yet (streams create \(name))") }
-            return id
-        }
-    }
-
-    /// What to ask for: the transmitter's delivery and events; for push a new URL secret, returned with its hash.
     /// RISC_PUBLIC_URL, read before the database is opened.
     static func publicURL(_ options: AdminOptions) async throws -> String? {
         try await Bootstrap.configuration(file: options.config.file) { reader throws(ServiceConfiguration.Invalid) in
             try ConfigVariables.publicURL.optional(from: reader)
         }
-    }
-
-    func request(publicURL: String?) throws -> (StreamRequest, pushSecretHash: Data?) {
-        let record = connection.record
-        switch record.delivery {
-        case .poll:
-            return (StreamRequest(delivery: .poll, eventsRequested: record.eventsRequested), nil)
-        case .push:
-            guard let publicURL else { throw Bootstrap.fail("RISC_PUBLIC_URL is not set: a push stream's URL is made from it", code: 2) }
-            let base = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
-            let secret = Base64URL.random(bytes: 32)
-            let request = StreamRequest(
-                delivery: .push(endpointURL: "\(base)/ssf/\(name.value)/events", authorizationHeader: "Bearer " + secret),
-                eventsRequested: record.eventsRequested)
-            return (request, Data(SHA256.hash(data: Data(secret.utf8))))
-        }
-    }
-
-    /// A transmitter's refusal, named after it; any other error as it is.
-    func fail(_ error: any Error) -> any Error {
-        guard let failure = error as? StreamManagement.Failure else { return error }
-        return Bootstrap.fail("\(name): \(failure.description)")
     }
 }
 
@@ -94,41 +58,11 @@ struct StreamsCreate: AsyncParsableCommand {
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
-        let publicURL = try await StreamContext.publicURL(options)
-        let (stream, takenOver, missing) = try await StreamContext.with(name, options: options) { context in
-            let (request, pushSecretHash) = try context.request(publicURL: publicURL)
-            let stream: StreamConfiguration
-            var takenOver = false
-            do {
-                switch try await context.management.create(request) {
-                case .created(let created):
-                    stream = created
-                case .foreign(let streamID, let deleted):
-                    throw Bootstrap.fail(
-                        "\(context.name): the stream the transmitter made (\(streamID)) names another issuer; it was "
-                            + (deleted ? "deleted there, and is not used" : "not used, and could not be deleted: delete it at the transmitter"))
-                case .conflict:
-                    let listed = try await context.management.streams()
-                    guard let existing = listed.streams.first else {
-                        throw Bootstrap.fail("\(context.name): the transmitter answered 409 but lists no stream of its issuer to take over")
-                    }
-                    stream = try await context.management.change(streamID: existing.streamID, request, replace: true)
-                    takenOver = true
-                }
-            } catch let error as StreamManagement.Failure {
-                throw context.fail(error)
-            }
-            try await context.store.recordStream(stream, of: context.name, pushSecretHash: pushSecretHash)
-            return (stream, takenOver, Set(request.eventsRequested).subtracting(stream.eventsDelivered))
-        }
-        if options.json {
-            return options.printJSON([
-                "stream_id": .string(stream.streamID), "taken_over": .bool(takenOver),
-                "events_delivered": .array(stream.eventsDelivered.map(JSONValue.string)),
-            ])
-        }
-        print("\(name): stream \(stream.streamID) \(takenOver ? "taken over" : "created").")
-        if !missing.isEmpty { print("Not delivered by the transmitter: \(missing.sorted().joined(separator: ", "))") }
+        let publicURL = try await ManagedStream.publicURL(options)
+        let created = try await ManagedStream.with(name, options: options, publicURL: publicURL) { try await $0.create() }
+        if options.json { return options.printJSON(created.json) }
+        print("\(name): stream \(created.stream.streamID) \(created.takenOver ? "taken over" : "created").")
+        if !created.notDelivered.isEmpty { print("Not delivered by the transmitter: \(created.notDelivered.joined(separator: ", "))") }
     }
 }
 
@@ -139,27 +73,7 @@ struct StreamsShow: AsyncParsableCommand {
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
-        let fields = try await StreamContext.with(name, options: options) { context -> [(String, JSONValue)] in
-            let streamID = try context.streamID
-            let stream: StreamConfiguration?
-            let status: RISC.StreamStatus?
-            do {
-                stream = try await context.management.stream(id: streamID)
-                status = context.connection.metadata.statusEndpoint == nil ? nil : try await context.management.status(streamID: streamID)
-            } catch {
-                throw context.fail(error)
-            }
-            guard let stream else { throw Bootstrap.fail("\(context.name): the transmitter no longer has stream \(streamID)") }
-            if let status { try await context.store.recordStatus(status, of: context.name) }
-            return [
-                ("stream_id", .string(stream.streamID)), ("iss", .string(stream.issuer)), ("aud", .array(stream.audience.map(JSONValue.string))),
-                ("delivery", stream.deliveryMethod.map { .string($0.rawValue) } ?? .null),
-                ("endpoint_url", stream.endpointURL.map(JSONValue.string) ?? .null),
-                ("events_requested", .array(stream.eventsRequested.map(JSONValue.string))),
-                ("events_delivered", .array(stream.eventsDelivered.map(JSONValue.string))),
-                ("status", status.map { .string($0.state.rawValue) } ?? .null), ("reason", status?.reason.map(JSONValue.string) ?? .null),
-            ]
-        }
+        let fields = try await ManagedStream.with(name, options: options) { try await $0.show() }
         if options.json { return options.printJSON(.object(Dictionary(uniqueKeysWithValues: fields))) }
         for (key, value) in fields { print("\(key): \(Table.text(value))") }
     }
@@ -174,26 +88,7 @@ struct StreamsUpdate: AsyncParsableCommand {
 
     func run() async throws {
         let types = events.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-        let delivered = try await StreamContext.with(name, options: options) { context in
-            let streamID = try context.streamID
-            let checked: NewTransmitter
-            do {
-                checked = try NewTransmitter(
-                    name: context.name.value, issuer: context.connection.metadata.issuer, events: types,
-                    authorization: context.connection.authorization)
-            } catch let error as InvalidParameter {
-                throw Bootstrap.fail("--\(error.description)", code: 2)
-            }
-            let stream: StreamConfiguration
-            do {
-                stream = try await context.management.change(
-                    streamID: streamID, StreamRequest(delivery: .poll, eventsRequested: checked.eventsRequested), replace: false)
-            } catch {
-                throw context.fail(error)
-            }
-            try await context.store.recordStream(stream, of: context.name, pushSecretHash: nil)
-            return stream.eventsDelivered
-        }
+        let delivered = try await ManagedStream.with(name, options: options) { try await $0.update(events: types) }
         print("\(name): stream updated; delivered: \(delivered.joined(separator: ", "))")
     }
 }
@@ -207,18 +102,8 @@ struct StreamsReplace: AsyncParsableCommand {
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
-        let publicURL = try await StreamContext.publicURL(options)
-        try await StreamContext.with(name, options: options) { context in
-            let streamID = try context.streamID
-            let (request, pushSecretHash) = try context.request(publicURL: publicURL)
-            let stream: StreamConfiguration
-            do {
-                stream = try await context.management.change(streamID: streamID, request, replace: true)
-            } catch {
-                throw context.fail(error)
-            }
-            try await context.store.recordStream(stream, of: context.name, pushSecretHash: pushSecretHash)
-        }
+        let publicURL = try await ManagedStream.publicURL(options)
+        try await ManagedStream.with(name, options: options, publicURL: publicURL) { try await $0.replace() }
         print("\(name): stream replaced.")
     }
 }
@@ -230,16 +115,7 @@ struct StreamsDelete: AsyncParsableCommand {
     @OptionGroup var options: AdminOptions
 
     func run() async throws {
-        let streamID = try await StreamContext.with(name, options: options) { context in
-            let streamID = try context.streamID
-            do {
-                try await context.management.delete(streamID: streamID)
-            } catch {
-                throw context.fail(error)
-            }
-            try await context.store.forgetStream(of: context.name)
-            return streamID
-        }
+        let streamID = try await ManagedStream.with(name, options: options) { try await $0.delete() }
         print("\(name): stream \(streamID) deleted.")
     }
 }
@@ -260,21 +136,7 @@ struct StreamsStatus: AsyncParsableCommand {
 
     func run() async throws {
         let wanted = status.flatMap(RISC.StreamStatus.State.init(rawValue:)).map { RISC.StreamStatus(state: $0, reason: reason) }
-        let current = try await StreamContext.with(name, options: options) { context in
-            let streamID = try context.streamID
-            let current: RISC.StreamStatus
-            do {
-                if let wanted {
-                    current = try await context.management.setStatus(streamID: streamID, wanted)
-                } else {
-                    current = try await context.management.status(streamID: streamID)
-                }
-            } catch {
-                throw context.fail(error)
-            }
-            try await context.store.recordStatus(current, of: context.name)
-            return current
-        }
+        let current = try await ManagedStream.with(name, options: options) { try await $0.status(setting: wanted) }
         if options.json {
             let json: JSONValue = ["status": .string(current.state.rawValue), "reason": current.reason.map(JSONValue.string) ?? .null]
             return options.printJSON(json)
@@ -298,25 +160,8 @@ struct StreamsVerify: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let state = Base64URL.random(bytes: 16)
-        let (wait, timeout) = (self.wait, self.timeout)
-        let waited = try await StreamContext.with(name, options: options) { context -> Duration? in
-            let streamID = try context.streamID
-            // Recorded first: the event may arrive before the transmitter has answered.
-            try await context.store.requestVerification(of: context.name, state: state)
-            let started = ContinuousClock.now
-            do {
-                try await context.management.verify(streamID: streamID, state: state)
-            } catch {
-                throw context.fail(error)
-            }
-            guard wait else { return nil }
-            while ContinuousClock.now - started < .seconds(timeout) {
-                if try await context.store.verificationHasArrived(of: context.name, state: state) { return ContinuousClock.now - started }
-                try await Task.sleep(for: .milliseconds(200))
-            }
-            throw Bootstrap.fail("\(context.name): no verification event with state \(state) arrived within \(timeout) s")
-        }
+        let wait = self.wait ? Duration.seconds(timeout) : nil
+        let (state, waited) = try await ManagedStream.with(name, options: options) { try await $0.verify(wait: wait) }
         if let waited {
             print(
                 "\(name): verification with state \(state) arrived and stored after \(waited.formatted(.units(allowed: [.seconds, .milliseconds])))")
@@ -383,13 +228,6 @@ struct StreamsSubjectsRemove: AsyncParsableCommand {
 
     static func change(_ name: String, _ subject: Subject?, add: Bool, options: AdminOptions) async throws {
         guard let subject else { throw Bootstrap.fail("name one subject", code: 2) }
-        try await StreamContext.with(name, options: options) { context in
-            let streamID = try context.streamID
-            do {
-                try await context.management.subject(streamID: streamID, subject, add: add)
-            } catch {
-                throw context.fail(error)
-            }
-        }
+        try await ManagedStream.with(name, options: options) { try await $0.subject(subject, add: add) }
     }
 }

@@ -315,6 +315,44 @@ struct AdminTests {
                     "body": refusedTransmitter.json.asValue,
                 ],
             ]
+            // Its stream, through the admin API as `streams` manages it (poll: no public URL needed).
+            let stream = "/admin/v1/transmitters/\(transmitter)/stream"
+            let streamTemplate = "/admin/v1/transmitters/{name}/stream"
+            func call(_ method: NIOHTTP1.HTTPMethod, _ suffix: String, json: JSONValue? = nil, path: String? = nil) async throws -> Harness.Reply {
+                let reply = try await harness.call(method, path ?? stream + suffix, bearer: Harness.adminToken, json: json)
+                responses.append([
+                    "method": .string(method.rawValue), "path": .string(streamTemplate + suffix), "status": .number(Double(reply.status)),
+                    "body": reply.json.asValue,
+                ])
+                return reply
+            }
+            let beforeCreate = try await call(.GET, "")
+            #expect(beforeCreate.status == 409 && beforeCreate.json["error"] == "no_stream", "\(beforeCreate.body)")
+            let created = try await call(.POST, "")
+            #expect(created.status == 201 && created.json["taken_over"] == false, "\(created.body)")
+            let shown = try await call(.GET, "")
+            #expect(shown.status == 200 && shown.json["delivery"] == "poll" && shown.json["stream_id"] == created.json["stream_id"])
+            #expect(try await call(.GET, "/status").json["status"] == "enabled")
+            let paused = try await call(.POST, "/status", json: ["status": "paused", "reason": "maintenance"])
+            #expect(paused.status == 200 && paused.json["status"] == "paused" && paused.json["reason"] == "maintenance", "\(paused.body)")
+            let recorded = try await admin(harness, "/admin/v1/transmitters/\(transmitter)").json["stream"]
+            #expect(recorded?["status"] == "paused", "the status the transmitter answered is recorded")
+            #expect(try await call(.POST, "/status", json: ["status": "asleep"]).json["parameter"] == "status")
+            let updated = try await call(.PATCH, "", json: ["events": ["session-revoked"]])
+            #expect(updated.status == 200 && updated.json["events_delivered"]?.arrayValue?.isEmpty == false, "\(updated.body)")
+            #expect(try await call(.PATCH, "", json: ["events": ["not-an-event"]]).status == 400)
+            let verify = try await call(.POST, "/verify")
+            #expect(verify.status == 200 && verify.json["state"]?.stringValue?.isEmpty == false, "\(verify.body)")
+            #expect(try await call(.POST, "/verify", json: ["wait": 0]).json["parameter"] == "wait")
+            let email: JSONValue = ["subject": ["format": "email", "email": "ann@example.com"]]
+            #expect(try await call(.POST, "/subjects/add", json: email).status == 204)
+            #expect(try await call(.POST, "/subjects/remove", json: ["subject": ["format": "phone_number"]]).json["parameter"] == "subject")
+            #expect(try await call(.POST, "/subjects/remove", json: email).status == 204)
+            #expect(try await call(.PUT, "").status == 204)
+            #expect(try await call(.GET, "", path: "/admin/v1/transmitters/google/stream").status == 404)
+            #expect(try await call(.DELETE, "").status == 204)
+            #expect(try await call(.POST, "/verify").json["error"] == "no_stream")
+
             for (method, path, template) in [
                 (NIOHTTP1.HTTPMethod.GET, "/admin/v1/events?sub=\(sub)&limit=1", "/admin/v1/events"),
                 (.GET, "/admin/v1/events?limit=2", "/admin/v1/events"),

@@ -58,7 +58,7 @@ struct ConfigurationTests {
             ("RISC_SHUTDOWN_TIMEOUT", "forever"), ("LOG_LEVEL", "loud"), ("LOG_FORMAT", "xml"),
             ("RISC_NOTIFY_MAX_ATTEMPTS", "0"), ("RISC_NOTIFY_BACKOFF_BASE", "0"), ("RISC_SUBSCRIBERS", "https://x"),
             ("RISC_SUBSCRIBERS", #"[{"url": "http://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"}]"#),
-            ("RISC_VERIFY_INTERVAL", "0.5"), ("RISC_DELIVERY_URL", "ftp://x/risc/events"),
+            ("RISC_VERIFY_INTERVAL", "0.5"), ("RISC_DELIVERY_URL", "ftp://x/risc/events"), ("RISC_TRANSMITTERS", "{}"),
         ] as [(String, String?)])
     func configurationErrors(_ variable: String, _ value: String?) throws {
         _ = try Self.invalid(variable) { () throws(ServiceConfiguration.Invalid) in try Self.configuration([variable: value]) }
@@ -79,10 +79,28 @@ struct ConfigurationTests {
                 #"[{"url": "https://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz", "actions": ["skip"]}]"#,
                 "entry 1: actions: 'skip' is not one of revoke_sessions, delete_grants, delete_grant_by_prefix, delete_grant_by_hash, disable_sign_in, enable_sign_in, flag_for_review, require_credential_change"
             ),
+            ("RISC_TRANSMITTERS", #"[{"name": "okta"}]"#, "entry 1: issuer is required"),
+            ("RISC_TRANSMITTERS", #"[{"name": "google", "issuer": "https://ssf.example", "bearer": "t"}]"#, "entry 1: name google is the built-in transmitter's name"),
+            (
+                "RISC_TRANSMITTERS",
+                #"[{"name": "a", "issuer": "https://a.example", "bearer": "t"}, {"name": "a", "issuer": "https://b.example", "bearer": "t"}]"#,
+                "a name is given twice"
+            ),
         ] as [(String, String?, String)] {
             let error = try Self.invalid(variable) { () throws(ServiceConfiguration.Invalid) in try Self.configuration([variable: value]) }
             #expect(error.problem == problem)
         }
+    }
+
+    @Test("RISC_TRANSMITTERS without a vault key names RISC_VAULT_KEY; with one, each entry is read")
+    func transmittersNeedVaultKey() throws {
+        let entry = #"[{"name": "okta", "issuer": "https://okta.example", "client_id": "c", "client_secret": "s"}]"#
+        let error = try Self.invalid("RISC_VAULT_KEY") { () throws(ServiceConfiguration.Invalid) in
+            try Self.configuration(["RISC_TRANSMITTERS": entry])
+        }
+        #expect(error.problem.contains("RISC_TRANSMITTERS"))
+        let configured = try Self.configuration(["RISC_TRANSMITTERS": entry, "RISC_VAULT_KEY": Self.vaultKey])
+        #expect(configured.transmitters?.map(\.name.value) == ["okta"] && configured.transmitters?.first?.issuer == "https://okta.example")
     }
 
     @Test("The vault's service token without a vault key names RISC_VAULT_KEY")
@@ -213,9 +231,10 @@ struct ConfigurationTests {
 
     @Test("Exactly the real secrets are read as secrets, so swift-configuration's access reporting redacts only them")
     func onlySecretsAreSecret() throws {
-        // RISC_SUBSCRIBERS holds the subscribers' signing secrets.
+        // RISC_SUBSCRIBERS holds the subscribers' signing secrets, RISC_TRANSMITTERS the transmitters' credentials.
         let secrets: Set = [
             "DATABASE_URL", "RISC_ADMIN_TOKEN", "RISC_SERVICE_TOKEN", "RISC_VAULT_KEY", "RISC_VAULT_PREVIOUS_KEYS", "RISC_SUBSCRIBERS",
+            "RISC_TRANSMITTERS",
         ]
         #expect(Set(ConfigVariables.all.filter(\.isSecret).map(\.name)) == secrets)
 
@@ -226,6 +245,7 @@ struct ConfigurationTests {
             "RISC_HOST": "0.0.0.0", "RISC_SESSION_CACHE": "off", "RISC_MAX_ATTEMPTS": "3", "LOG_LEVEL": "debug",
             "RISC_MANAGEMENT_URL": "https://example.com/v1beta",
             "RISC_SUBSCRIBERS": #"[{"url": "https://hooks.example.com/", "secret": "whsec_MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"}]"#,
+            "RISC_TRANSMITTERS": #"[{"name": "okta", "issuer": "https://okta.example", "bearer": "a-bearer-token"}]"#,
         ]) { $1 }
         let reader = Self.reader(environment, accessReporter: recorder)
         _ = try ServiceConfiguration(reader: reader)

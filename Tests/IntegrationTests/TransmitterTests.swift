@@ -1,3 +1,4 @@
+import DevTransmitter
 import Foundation
 import RISC
 import Testing
@@ -336,6 +337,53 @@ struct TransmitterTests {
                     // The admin API shows the same body.
                     let listed = try await harness.call(.GET, "/admin/v1/notifications", bearer: Harness.adminToken).json
                     #expect(listed["notifications"]?.arrayValue?.allSatisfy { $0["body"]?["transmitter"] == "dev-ssf" } == true)
+                }
+            }
+        }
+    }
+
+    @Test("RISC_TRANSMITTERS: serve registers them at start-up, keeps them in step by name, and leaves those added by command alone")
+    func configuredTransmitters() async throws {
+        try await IsolatedDatabase.with { database in
+            let configured = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
+            let byHand = try await DevTransmitter(settings: .init(port: 0, audience: Harness.audience), logger: Harness.logger)
+            try await serving(configured) {
+                try await serving(byHand) {
+                    let environment = ["DATABASE_URL": database.url, "LOG_LEVEL": "warning", "RISC_VAULT_KEY": Harness.vaultKey]
+                    let added = try await runShell(
+                        "printf '%s\\n' \"$1\" | \"$0\" transmitters add by-hand --issuer \"$2\" --client-id \"$3\" --client-secret -",
+                        arguments: [riscReceiverBinary, byHand.sharedSignalsClientSecret, byHand.sharedSignalsIssuer, byHand.sharedSignalsClientID],
+                        environment: environment)
+                    #expect(added.status == 0, "\(added.output)")
+                    @Sendable func listed() async throws -> [String: JSONValue] {
+                        let output = try await runRiscReceiver(["transmitters", "list", "--json"], environment: environment).output
+                        let list = try JSONValue.parse(Data(output.utf8))["transmitters"]?.arrayValue ?? []
+                        return Dictionary(uniqueKeysWithValues: list.compactMap { entry in entry["name"]?.stringValue.map { ($0, entry) } })
+                    }
+                    let fromConfiguration: JSONValue = [
+                        "name": "from-config", "issuer": .string(configured.sharedSignalsIssuer),
+                        "client_id": .string(configured.sharedSignalsClientID), "client_secret": .string(configured.sharedSignalsClientSecret),
+                    ]
+                    // The configuration also names the one added by command, differently: it is left as it is.
+                    let clash: JSONValue = ["name": "by-hand", "issuer": .string(byHand.sharedSignalsIssuer), "bearer": "a-bearer-token"]
+                    let first = try ServeProcess.start(
+                        databaseURL: database.url, transmitter: configured,
+                        environment: ["RISC_TRANSMITTERS": JSONValue.array([fromConfiguration, clash]).serialized])
+                    do {
+                        defer { first.stop() }
+                        try await first.waitUntilReady()
+                        try await eventually("the configured transmitter is registered") { try await listed()["from-config"] != nil }
+                        let transmitters = try await listed()
+                        #expect(transmitters["from-config"]?["configured"] == true && transmitters["from-config"]?["auth_method"] == "client_secret_basic")
+                        #expect(transmitters["by-hand"]?["configured"] == false && transmitters["by-hand"]?["auth_method"] == "client_secret_basic")
+                        #expect(!first.log.contains(configured.sharedSignalsClientSecret), "no credential in the log")
+                    }
+                    // No longer listed: removed at the next start; the one added by command stays.
+                    let second = try ServeProcess.start(databaseURL: database.url, transmitter: configured, environment: ["RISC_TRANSMITTERS": "[]"])
+                    defer { second.stop() }
+                    try await second.waitUntilReady()
+                    try await eventually("the configured transmitter is removed") { try await listed()["from-config"] == nil }
+                    #expect(try await listed()["by-hand"] != nil)
                 }
             }
         }

@@ -56,6 +56,10 @@ struct RouteTests {
             func transmitter(named name: TransmitterName) async throws -> TransmitterRecord? { try answer(nil) }
             func add(_ transmitter: NewTransmitter) async throws -> TransmitterRecord { try unanswered() }
             func remove(named name: TransmitterName) async throws -> Bool { try answer(false) }
+            func stream(of name: TransmitterName) async throws -> ManagedStream {
+                try answer(())
+                throw ManagedStream.Failure(.unknownTransmitter, "no transmitter \(name)")
+            }
         }
 
         func addRoutes(to router: Router<AppRequestContext>) {
