@@ -83,6 +83,8 @@ export GOOGLE_SERVICE_ACCOUNT_FILE="$state/service-account.json"
 export RISC_MANAGEMENT_URL="http://127.0.0.1:$TRANSMITTER_PORT/v1beta"
 # The delivery probe: every 30 s, a verification SET through the transmitter's fake management API.
 export RISC_VERIFY_INTERVAL=30 RISC_DELIVERY_URL="http://127.0.0.1:$RISC_PORT/risc/events"
+# Shared Signals transmitters push to RISC_PUBLIC_URL/ssf/NAME/events.
+export RISC_PUBLIC_URL="http://127.0.0.1:$RISC_PORT"
 # Everything the server reads, for the other commands in another terminal (admin, stream, config check,
 # vault rotate): set -a; . .local/env; set +a
 cat >"$state/env" <<ENV
@@ -100,6 +102,7 @@ GOOGLE_SERVICE_ACCOUNT_FILE=$GOOGLE_SERVICE_ACCOUNT_FILE
 RISC_MANAGEMENT_URL=$RISC_MANAGEMENT_URL
 RISC_VERIFY_INTERVAL=$RISC_VERIFY_INTERVAL
 RISC_DELIVERY_URL=$RISC_DELIVERY_URL
+RISC_PUBLIC_URL=$RISC_PUBLIC_URL
 ENV
 umask 022
 
@@ -162,6 +165,15 @@ From another terminal, in this directory (the worker runs inside the server):
   $bin dev webhook-sink --port $sink_port --secret "\$secret" &
   sleep 1; $bin dev send account-disabled$dev_flags --sub 42 --reason hijacking   # → revoke_sessions
   sleep 2; $bin notifications list   # → delivered
+  # a second transmitter: the development Shared Signals transmitter (under /ssf), on a stream the service creates
+  printf 'ssf-dev-client-secret\\n' | $bin transmitters add dev-ssf --issuer http://127.0.0.1:$TRANSMITTER_PORT/ssf --client-id ssf-dev-client --client-secret -   # → dev-ssf
+  $bin streams create dev-ssf   # → created
+  $bin streams verify dev-ssf --wait --timeout 10   # → arrived and stored
+  # its CAEP session-revoked names a user by email: the sessions of whoever signed in with it end
+  ann=\$(curl -s -d idtoken=\$($bin dev idtoken$dev_flags --sub 43 --email ann@example.com) http://127.0.0.1:$RISC_PORT/tokensignin | sed -E 's/.*"session_token":"([^"]+)".*/\\1/')
+  curl -s -d '{"type":"session-revoked","sub_id":{"format":"email","email":"ann@example.com"}}' http://127.0.0.1:$TRANSMITTER_PORT/dev/ssf/send; echo   # → "status":202
+  curl -s -H "Authorization: Bearer \$ann" http://127.0.0.1:$RISC_PORT/v1/session; echo   # → {"error":"session_revoked"}
+  sleep 2; $bin notifications list --json   # → "transmitter":"dev-ssf"
 
 TXT
 "$bin" serve &

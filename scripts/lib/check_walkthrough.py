@@ -57,6 +57,7 @@ def readme_differences(log: str, root: str) -> list[str]:
     for line in printed_lines(log):
         line = line[2:].replace(bin_path, "$bin").replace(f" --transmitter http://127.0.0.1:{env.get('TRANSMITTER_PORT', '8765')}", "")
         line = line.replace(f"127.0.0.1:{env.get('RISC_PORT', '8080')}", "127.0.0.1:8080")
+        line = line.replace(f"127.0.0.1:{env.get('TRANSMITTER_PORT', '8765')}", "127.0.0.1:8765")
         line = line.replace(f"127.0.0.1:{env.get('SINK_PORT', '8766')}", "127.0.0.1:8766").replace(state, ".local")
         printed.append(line.replace("--port " + env.get("SINK_PORT", "8766"), "--port 8766"))
     readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
