@@ -73,13 +73,18 @@ public struct ManagedStream: Sendable {
             return (StreamRequest(delivery: .poll, eventsRequested: record.eventsRequested), nil)
         case .push:
             guard let publicURL else { throw Failure(.notConfigured, "RISC_PUBLIC_URL is not set: a push stream's URL is made from it") }
-            let base = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
             let secret = Base64URL.random(bytes: 32)
             let request = StreamRequest(
-                delivery: .push(endpointURL: "\(base)/ssf/\(name.value)/events", authorizationHeader: "Bearer " + secret),
+                delivery: .push(endpointURL: Self.pushEndpoint(publicURL: publicURL, name: name), authorizationHeader: "Bearer " + secret),
                 eventsRequested: record.eventsRequested)
             return (request, Data(SHA256.hash(data: Data(secret.utf8))))
         }
+    }
+
+    /// Where a push stream delivers: RISC_PUBLIC_URL/ssf/NAME/events.
+    public static func pushEndpoint(publicURL: String, name: TransmitterName) -> String {
+        let base = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
+        return "\(base)/ssf/\(name.value)/events"
     }
 
     /// A transmitter's refusal, named after it.
@@ -221,22 +226,28 @@ public struct ManagedStream: Sendable {
     /// Asks for a verification event with a fresh random state; with `wait`, until it is stored (or fails with
     /// `timedOut`). Returns the state and, having waited, how long it took.
     public func verify(wait: Duration?) async throws -> (state: String, waited: Duration?) {
-        let streamID = try streamID
+        _ = try streamID
         let state = Base64URL.random(bytes: 16)
         // Recorded first: the event may arrive before the transmitter has answered.
         try await store.requestVerification(of: name, state: state)
         let started = ContinuousClock.now
-        do throws(StreamManagement.Failure) {
-            try await management.verify(streamID: streamID, state: state)
-        } catch {
-            throw failure(error)
-        }
+        try await verifyRecorded(state: state)
         guard let wait else { return (state, nil) }
         while ContinuousClock.now - started < wait {
             if try await store.verificationHasArrived(of: name, state: state) { return (state, ContinuousClock.now - started) }
             try await Task.sleep(for: .milliseconds(200))
         }
         throw Failure(.timedOut, "\(name): no verification event with state \(state) arrived within \(wait.components.seconds) s")
+    }
+
+    /// Asks for a verification event carrying `state`, which the caller has recorded as asked for.
+    func verifyRecorded(state: String) async throws {
+        let streamID = try streamID
+        do throws(StreamManagement.Failure) {
+            try await management.verify(streamID: streamID, state: state)
+        } catch {
+            throw failure(error)
+        }
     }
 
     /// Asks the transmitter to send events about `subject` too, or to stop.

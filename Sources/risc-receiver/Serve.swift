@@ -70,12 +70,19 @@ struct Serve: AsyncParsableCommand {
         {
             background.append(prober)
         }
+        let transmitterStore = TransmitterStore(
+            client: dependencies.postgres, timeout: dependencies.databaseTimeout, cipher: configuration.worker.cipher, logger: logger)
         if let transmitters = configuration.transmitters {
-            let store = TransmitterStore(
-                client: dependencies.postgres, timeout: dependencies.databaseTimeout, cipher: configuration.worker.cipher, logger: logger)
             let registry = TransmitterRegistry(
-                store: store, googleConfigurationURL: configuration.riscConfigurationURL, publicURL: configuration.publicURL)
+                store: transmitterStore, googleConfigurationURL: configuration.riscConfigurationURL, publicURL: configuration.publicURL)
             background.append(ConfiguredTransmitters(registry: registry, configured: transmitters, logger: logger))
+        }
+        // Each Shared Signals stream is probed on the same interval as Google's, by one instance at a time.
+        if configuration.verifyIntervalSeconds > 0 {
+            background.append(
+                StreamHealthProber(
+                    client: dependencies.postgres, store: transmitterStore,
+                    interval: .milliseconds(Int64(configuration.verifyIntervalSeconds * 1000)), publicURL: configuration.publicURL, logger: logger))
         }
         let worker: [any Service] = background.isEmpty ? [] : [AfterListening(listening.stream, background)]
         let expected = try? Bootstrap.migrator(migrations, directory: configuration.migrationsDirectory)

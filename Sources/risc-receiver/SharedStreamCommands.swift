@@ -12,7 +12,7 @@ struct Streams: AsyncParsableCommand {
         abstract: "The stream at a Shared Signals transmitter: create, show, update, replace, delete, status, verify, subjects.",
         subcommands: [
             StreamsCreate.self, StreamsShow.self, StreamsUpdate.self, StreamsReplace.self, StreamsDelete.self, StreamsStatus.self,
-            StreamsVerify.self, StreamsSubjects.self,
+            StreamsVerify.self, StreamsSubjects.self, StreamsHealth.self,
         ])
 }
 
@@ -229,5 +229,43 @@ struct StreamsSubjectsRemove: AsyncParsableCommand {
     static func change(_ name: String, _ subject: Subject?, add: Bool, options: AdminOptions) async throws {
         guard let subject else { throw Bootstrap.fail("name one subject", code: 2) }
         try await ManagedStream.with(name, options: options) { try await $0.subject(subject, add: add) }
+    }
+}
+
+struct StreamsHealth: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "health",
+        abstract: "Whether the transmitter's stream delivers to the service, as its delivery probes recorded it (exit 1 when not).",
+        discussion: """
+            Reads the database only; it does not call the transmitter. serve probes each stream every \
+            RISC_VERIFY_INTERVAL seconds. Unhealthy: no verification event within 2 intervals (or none yet), the stream \
+            paused or disabled, a push stream delivering elsewhere than RISC_PUBLIC_URL/ssf/NAME/events, or the stream \
+            unreadable at the last probe.
+
+            """ + EnvironmentHelp.database)
+    @Argument(help: "The transmitter's name.") var name: String
+    @OptionGroup var options: AdminOptions
+
+    func run() async throws {
+        let (interval, publicURL) = try await Bootstrap.configuration(file: options.config.file) { reader throws(ServiceConfiguration.Invalid) in
+            (try ConfigVariables.verifyInterval.value(from: reader), try ConfigVariables.publicURL.optional(from: reader))
+        }
+        let name = try transmitterName(name)
+        guard name != .google else { throw Bootstrap.fail("google's delivery health is `risc-receiver stream health`") }
+        let health = try await options.withTransmitters { registry -> SharedStreamHealth in
+            guard let record = try await registry.store.transmitter(named: name),
+                let facts = try await StreamProbes(store: registry.store).facts(of: name)
+            else { throw Bootstrap.fail("no transmitter \(name) (transmitters add \(name) ...)") }
+            let expected = record.delivery == .push ? publicURL.map { ManagedStream.pushEndpoint(publicURL: $0, name: name) } : nil
+            return SharedStreamHealth(facts: facts, now: Date(), interval: interval, expectedEndpointURL: expected)
+        }
+        if options.json {
+            print(health.jsonValue.serialized)
+        } else {
+            print(health.healthy ? "healthy" : "UNHEALTHY")
+            print(Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null))
+            for problem in health.problems { print("problem: \(problem)") }
+        }
+        if !health.healthy { throw ExitCode(1) }
     }
 }

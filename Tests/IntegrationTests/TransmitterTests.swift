@@ -1,6 +1,8 @@
 import DevTransmitter
 import Foundation
 import RISC
+import RISCServer
+import RISCStore
 import Testing
 
 @Suite("Shared Signals transmitters: registered from their metadata, credentials sealed")
@@ -386,6 +388,44 @@ struct TransmitterTests {
                     #expect(try await listed()["by-hand"] != nil)
                 }
             }
+        }
+    }
+
+    @Test("Each stream is probed on RISC_VERIFY_INTERVAL; streams health reports the probes and names each problem")
+    func streamHealth() async throws {
+        try await Self.withPushStream { harness, registered in
+            let environment = registered.merging(["RISC_VERIFY_INTERVAL": "2"]) { _, new in new }
+            @Sendable func health(_ environment: [String: String]) async throws -> (status: Int32, json: JSONValue) {
+                let ran = try await runRiscReceiver(["streams", "health", "dev-ssf", "--json"], environment: environment)
+                return (ran.status, (try? JSONValue.parse(Data(ran.output.utf8))) ?? .null)
+            }
+            @Sendable func problems(_ json: JSONValue) -> [String] { json["problems"]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+
+            let before = try await health(environment)
+            #expect(before.status == 1 && problems(before.json) == ["no verification event has arrived yet"], "\(before.json)")
+            let store = TransmitterStore(client: harness.database, cipher: VaultCipher.from(key: Harness.vaultKey, previous: []), logger: Harness.logger)
+            let prober = StreamHealthProber(
+                client: harness.database, store: store, interval: .seconds(2), publicURL: harness.receiverURL, logger: Harness.logger)
+            try await whileRunning([prober]) {
+                try await eventually("a probe's verification arrives") { try await health(environment).status == 0 }
+                let healthy = try await health(environment).json
+                #expect(healthy["stream_status"] == "enabled" && healthy["delivery_url_matches"] == true, "\(healthy)")
+                #expect(healthy["round_trip_seconds"] != .null && healthy["last_verified_at"] != .null, "\(healthy)")
+                // Judged against another public URL, the stream delivers elsewhere.
+                var elsewhere = environment
+                elsewhere["RISC_PUBLIC_URL"] = "https://risc.example.com"
+                let moved = try await health(elsewhere)
+                #expect(moved.status == 1 && moved.json["delivery_url_matches"] == false, "\(moved.json)")
+                // Paused at the transmitter: the status it answers is recorded, and health names it.
+                let paused = try await runRiscReceiver(["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
+                #expect(paused.status == 0, "\(paused.output)")
+                let report = try await health(environment)
+                #expect(report.status == 1, "\(report.json)")
+                #expect(problems(report.json).contains("the stream is paused (maintenance): the transmitter holds its events"), "\(report.json)")
+            }
+            // With probes off, health says so.
+            let off = try await health(environment.merging(["RISC_VERIFY_INTERVAL": "0"]) { _, new in new })
+            #expect(problems(off.json).contains("delivery probes are off (RISC_VERIFY_INTERVAL is 0)"), "\(off.json)")
         }
     }
 
