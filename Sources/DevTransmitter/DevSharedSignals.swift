@@ -39,6 +39,9 @@ final class DevSharedSignals: Sendable {
         var stream: Stream?
         /// The verification states asked for, in order (the tests read them).
         var verificationStates: [String] = []
+        /// Events signed while the stream is paused, in order: SSF has the transmitter hold them and deliver them
+        /// once the stream is enabled again. A disabled stream drops them.
+        var held: [JSONValue] = []
     }
 
     let keys: SigningKeys
@@ -122,7 +125,19 @@ extension DevTransmitter {
             try await ssf.authorized(request) { ssf.status(request) }
         }
         router.post("/ssf/status") { request, _ in
-            try await ssf.authorized(request) { try await ssf.setStatus(request) }
+            try await ssf.authorized(request) {
+                try await ssf.setStatus(request, issuer: self.sharedSignalsIssuer, client: self.httpClient)
+            }
+        }
+        // Tests: the transmitter changes the stream's status itself, and says so with a stream-updated event
+        // (`?status=paused&reason=...`).
+        router.post("/dev/ssf/status") { request, _ in
+            guard let status = request.uri.queryParameters.get("status").map({ String($0) }), ["enabled", "paused", "disabled"].contains(status)
+            else { return DevSharedSignals.failure(.badRequest) }
+            let reason = request.uri.queryParameters.get("reason").map { String($0) }
+            guard let stream = try await ssf.changeStatus(to: status, reason: reason, issuer: self.sharedSignalsIssuer, client: self.httpClient)
+            else { return DevSharedSignals.failure(.conflict) }
+            return Self.json(DevSharedSignals.statusJSON(stream))
         }
         // Control endpoints for tests: how long new access tokens live.
         router.post("/dev/ssf/token-lifetime") { request, _ in
@@ -300,18 +315,47 @@ extension DevSharedSignals {
     }
 
     /// §8.1.2.2: the receiver sets `enabled`, `paused` or `disabled`, with a reason.
-    func setStatus(_ request: Request) async throws -> Response {
+    func setStatus(_ request: Request, issuer: String, client: HTTPClient) async throws -> Response {
         guard let body = try await Self.body(request)?.objectValue, let id = body["stream_id"]?.stringValue,
             let status = body["status"]?.stringValue, ["enabled", "paused", "disabled"].contains(status)
         else { return Self.failure(.badRequest) }
-        let updated = state.withLock { state -> Stream? in
-            guard var stream = state.stream, stream.id == id else { return nil }
-            (stream.status, stream.reason) = (status, body["reason"]?.stringValue)
-            state.stream = stream
-            return stream
-        }
-        guard let updated else { return Self.failure(.notFound) }
+        guard state.withLock({ $0.stream?.id }) == id,
+            let updated = try await changeStatus(to: status, reason: body["reason"]?.stringValue, issuer: issuer, client: client, announce: false)
+        else { return Self.failure(.notFound) }
         return DevTransmitter.json(Self.statusJSON(updated))
+    }
+
+    /// The stream's new status (§8.1.1.2): paused, events are held; enabled again, they are delivered in order; disabled,
+    /// they are dropped. `announce`: the transmitter changed it, and pushes a stream-updated event saying so (§8.1.5).
+    func changeStatus(to status: String, reason: String?, issuer: String, client: HTTPClient, announce: Bool = true) async throws -> Stream? {
+        let (updated, released) = state.withLock { state -> (Stream?, [JSONValue]) in
+            guard var stream = state.stream else { return (nil, []) }
+            (stream.status, stream.reason) = (status, reason)
+            state.stream = stream
+            let released = status == "paused" ? [] : state.held
+            if status != "paused" { state.held = [] }
+            return (stream, status == "enabled" ? released : [])
+        }
+        guard let updated else { return nil }
+        if announce {
+            var event: [String: JSONValue] = ["status": .string(status)]
+            if let reason { event["reason"] = .string(reason) }
+            let claims = claims(
+                updated, issuer: issuer, type: EventType.ssfStreamUpdated.rawValue, event: event,
+                subject: ["format": "opaque", "id": .string(updated.id)])
+            _ = try await push(claims, to: updated, client: client)
+        }
+        for claims in released { _ = try await push(claims, to: updated, client: client) }
+        return updated
+    }
+
+    /// Whether the stream holds `claims` (it is paused): then they are kept to deliver later.
+    func holding(_ claims: JSONValue) -> Bool {
+        state.withLock { state in
+            guard state.stream?.status == "paused" else { return false }
+            state.held.append(claims)
+            return true
+        }
     }
 
     static func statusJSON(_ stream: Stream) -> JSONValue {
@@ -349,7 +393,8 @@ extension DevSharedSignals {
         if let state = body["state"]?.stringValue { event["state"] = .string(state) }
         let claims = claims(
             stream, issuer: issuer, type: EventType.ssfVerification.rawValue, event: event, subject: ["format": "opaque", "id": .string(id)])
-        Task { _ = try? await self.push(claims, to: stream, client: client) }
+        // Held behind the events queued while the stream is paused, like any other event.
+        if !holding(claims) { Task { _ = try? await self.push(claims, to: stream, client: client) } }
         return Response(status: .noContent)
     }
 
@@ -387,7 +432,8 @@ extension DevSharedSignals {
 
     /// `{"type": short name or URI, "sub_id": {...}?, "event": {...}?, "aud"?, "iss"?, "jti"?, "typ"?, "kid"?, "authorization"?,
     /// "bad_signature"?}`: one
-    /// event for the stream; what a test needs to change is named. Answers `{"status", "body", "jti"}`.
+    /// event for the stream; what a test needs to change is named. Answers `{"status", "body", "jti"}`; while the
+    /// stream is paused, `{"status": 0, "held": true, "jti"}` (the event goes out when it is enabled again).
     func send(_ body: [String: JSONValue], issuer: String, client: HTTPClient) async throws -> Response {
         guard var stream = state.withLock({ $0.stream }) else { throw HTTPError(.conflict, message: "no stream") }
         guard let name = body["type"]?.stringValue else { throw HTTPError(.badRequest, message: "type is required") }
@@ -400,6 +446,7 @@ extension DevSharedSignals {
             object["jti"] = .string(jti)
             claims = .object(object)
         }
+        if holding(claims) { return DevTransmitter.json(["status": 0, "held": true, "jti": claims["jti"] ?? .null]) }
         let typ = body["typ"].map { $0 == .null ? nil : $0.stringValue } ?? "secevent+jwt"
         let (status, answer) = try await push(
             claims, to: stream, client: client, authorization: body["authorization"]?.stringValue, typ: typ, kid: body["kid"]?.stringValue,

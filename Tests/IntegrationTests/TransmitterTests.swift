@@ -257,6 +257,7 @@ struct TransmitterTests {
                 (["type": "session-revoked", "authorization": "Bearer not-the-secret"] as JSONValue, 401, "authentication_failed"),
                 (["type": "session-revoked", "authorization": ""], 401, "authentication_failed"),
                 (["type": "session-revoked", "bad_signature": true], 400, "invalid_key"),
+                (["type": "session-revoked", "kid": "a-kid-it-never-published"], 400, "invalid_key"),
                 (["type": "session-revoked", "iss": "https://another.example/ssf"], 400, "invalid_issuer"),
                 (["type": "session-revoked", "aud": "https://not-this-stream.example"], 400, "invalid_audience"),
                 (["type": "session-revoked", "typ": "JWT"], 400, "invalid_request"),
@@ -426,6 +427,71 @@ struct TransmitterTests {
             // With probes off, health says so.
             let off = try await health(environment.merging(["RISC_VERIFY_INTERVAL": "0"]) { _, new in new })
             #expect(problems(off.json).contains("delivery probes are off (RISC_VERIFY_INTERVAL is 0)"), "\(off.json)")
+        }
+    }
+
+    @Test("A stream the transmitter pauses holds its events, and the verification behind them, until it resumes")
+    func pausedAndResumed() async throws {
+        try await Self.withPushStream { harness, environment in
+            let issuer = harness.transmitter.sharedSignalsIssuer
+            let sub = "held-\(UUID().uuidString)"
+            let session = try await harness.newSession(sub: sub)
+            @Sendable func streamStatus() async throws -> JSONValue? {
+                let shown = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
+                return try JSONValue.parse(Data(shown.output.utf8))["stream"]?["status"]
+            }
+            let pause = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=paused&reason=maintenance")
+            #expect(pause.status == 200)
+            try await eventually("the receiver records the pause") { try await streamStatus() == "paused" }
+            let held = try await Self.push(
+                harness, ["type": "session-revoked", "sub_id": ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(sub)]])
+            #expect(held.status == 0, "held by the transmitter, not pushed")
+            let verify = try await runRiscReceiver(["streams", "verify", "dev-ssf"], environment: environment)
+            #expect(verify.status == 0, "\(verify.output)")
+            #expect(try await harness.checkSession(session).status == 200, "nothing arrives while the stream is paused")
+
+            let resume = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=enabled")
+            #expect(resume.status == 200)
+            try await eventually("the held event is taken like any other") { try await harness.checkSession(session).status == 401 }
+            try await eventually("the verification arrives behind it") {
+                try await harness.database.query(
+                    "SELECT count(*)::int8 FROM risc_events WHERE issuer = \(issuer) AND \(EventType.ssfVerification.rawValue) = ANY(event_types)"
+                ).decode(Int64.self).reduce(0, +) == 1
+            }
+            #expect(try await streamStatus() == "enabled")
+            var types: [String] = []
+            for try await type in try await harness.database.query(
+                "SELECT event_types[1] FROM risc_events WHERE issuer = \(issuer) ORDER BY id", logger: Harness.logger
+            ).decode(String.self) { types.append(type) }
+            let expected = [EventType.ssfStreamUpdated, .ssfStreamUpdated, .caepSessionRevoked, .ssfVerification].map(\.rawValue)
+            #expect(types == expected, "in the order the transmitter held them: \(types)")
+        }
+    }
+
+    @Test("Every event type the service acts on is taken from a transmitter and acted on, and one about a removed subject too")
+    func everySupportedEvent() async throws {
+        try await Self.withPushStream { harness, environment in
+            let acted: [EventType] = EventType.actedOn.filter { ![.verification, .ssfVerification, .tokenRevoked].contains($0) }
+            for type in acted {
+                let sub = "every-\(UUID().uuidString)"
+                let pushed = try await Self.push(
+                    harness, ["type": .string(type.rawValue), "sub_id": ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(sub)]])
+                #expect(pushed.status == 202, "\(type.shortName): \(pushed)")
+                try await eventually("\(type.shortName) is acted on") {
+                    let kinds = try await harness.database.query(
+                        "SELECT a.kind FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id WHERE e.jti = \(pushed.jti)"
+                    ).decode(String.self).reduce(into: [String]()) { $0.append($1) }
+                    return !kinds.isEmpty && !kinds.contains("skip")
+                }
+            }
+            // A subject removed from the stream: what the transmitter still sends about it is taken all the same.
+            let sub = "removed-\(UUID().uuidString.lowercased())"
+            let session = try await harness.newSession(sub: sub)
+            let removed = try await runRiscReceiver(["streams", "subjects", "remove", "dev-ssf", "--email", "\(sub)@example.com"], environment: environment)
+            #expect(removed.status == 0, "\(removed.output)")
+            let late = try await Self.push(harness, ["type": "session-revoked", "sub_id": ["format": "email", "email": .string("\(sub)@example.com")]])
+            #expect(late.status == 202)
+            try await eventually("the removed subject's event is acted on") { try await harness.checkSession(session).status == 401 }
         }
     }
 
