@@ -78,7 +78,7 @@ swift build --build-tests
 # requests into a stalled log pipe, database counts that need a quiet database, some forty CLI processes against
 # a Shared Signals transmitter; and last, alone, a million rows inserted for `stats`, whose writes stalled the
 # database for the others. Beside the whole parallel suite they made other tests' time bounds fail, and their own.
-heavy='ConnectionLimitTests|DatabaseCostTests|stalledLogPipe|TransmitterTests'
+heavy='ConnectionLimitTests|DatabaseCostTests|stalledLogPipe|TransmitterTests|PollCrashTests'
 largest='statsOfALargeTable'
 if [ $# -eq 0 ]; then
   stage "swift test, all but the suites that load the machine themselves"

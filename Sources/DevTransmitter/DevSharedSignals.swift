@@ -42,6 +42,21 @@ final class DevSharedSignals: Sendable {
         /// Events signed while the stream is paused, in order: SSF has the transmitter hold them and deliver them
         /// once the stream is enabled again. A disabled stream drops them.
         var held: [JSONValue] = []
+        /// Poll delivery (RFC 8936): the SETs signed and not yet acknowledged nor reported, oldest first; each poll
+        /// offers them again until one or the other.
+        var queue: [(jti: String, token: String)] = []
+        var acknowledged: [String] = []
+        var setErrors: [String: JSONValue] = [:]
+        var polls = 0
+        /// While set, polls are answered 503 without taking their acknowledgements (tests: the receiver must keep them).
+        var refusePolls = false
+        /// Tests: once a poll has returned SETs, the polls after it are refused (the acknowledgement of a SET just
+        /// stored cannot get through).
+        var refuseAfterDelivery = false
+        /// The jti of every SET a poll returned, in order (a redelivery again).
+        var offered: [String] = []
+        /// How long a poll with nothing to return is held open (long polling).
+        var longPoll: TimeInterval = 10
     }
 
     let keys: SigningKeys
@@ -129,6 +144,22 @@ extension DevTransmitter {
                 try await ssf.setStatus(request, issuer: self.sharedSignalsIssuer, client: self.httpClient)
             }
         }
+        // RFC 8936: the stream's poll URL (from its configuration).
+        router.post("/ssf/poll/:id") { request, context in
+            try await ssf.authorized(request) { try await ssf.poll(request, streamID: context.parameters.get("id") ?? "") }
+        }
+        // Tests: polls answered 503 (`?refuse=true`), or once a poll has returned SETs (`?refuse_after_delivery=true`), or
+        // served again; how long an empty poll is held (`long_poll=SECONDS`).
+        router.post("/dev/ssf/poll-control") { request, _ in
+            let refuse = request.uri.queryParameters.get("refuse") == "true"
+            let hold = request.uri.queryParameters.get("long_poll").flatMap { Double(String($0)) }
+            ssf.state.withLock { state in
+                state.refusePolls = refuse
+                state.refuseAfterDelivery = request.uri.queryParameters.get("refuse_after_delivery") == "true"
+                if let hold { state.longPoll = hold }
+            }
+            return Self.json(["refuse": .bool(refuse)])
+        }
         // Tests: the transmitter changes the stream's status itself, and says so with a stream-updated event
         // (`?status=paused&reason=...`).
         router.post("/dev/ssf/status") { request, _ in
@@ -161,7 +192,9 @@ extension DevTransmitter {
                 "stream_id": state.stream.map { .string($0.id) } ?? .null, "status": state.stream.map { .string($0.status) } ?? .null,
                 "events_requested": .array((state.stream?.eventsRequested ?? []).map(JSONValue.string)),
                 "deleted": .array(state.deletedStreams.map(JSONValue.string)), "tokens_issued": .number(Double(state.accessTokens.count)),
-                "subjects": .array(state.subjects),
+                "subjects": .array(state.subjects), "queued": .array(state.queue.map { .string($0.jti) }),
+                "acknowledged": .array(state.acknowledged.map(JSONValue.string)), "set_errors": .object(state.setErrors),
+                "polls": .number(Double(state.polls)), "offered": .array(state.offered.map(JSONValue.string)),
             ])
         }
     }
@@ -343,9 +376,9 @@ extension DevSharedSignals {
             let claims = claims(
                 updated, issuer: issuer, type: EventType.ssfStreamUpdated.rawValue, event: event,
                 subject: ["format": "opaque", "id": .string(updated.id)])
-            _ = try await push(claims, to: updated, client: client)
+            _ = try await deliver(claims, to: updated, client: client)
         }
-        for claims in released { _ = try await push(claims, to: updated, client: client) }
+        for claims in released { _ = try await deliver(claims, to: updated, client: client) }
         return updated
     }
 
@@ -394,7 +427,7 @@ extension DevSharedSignals {
         let claims = claims(
             stream, issuer: issuer, type: EventType.ssfVerification.rawValue, event: event, subject: ["format": "opaque", "id": .string(id)])
         // Held behind the events queued while the stream is paused, like any other event.
-        if !holding(claims) { Task { _ = try? await self.push(claims, to: stream, client: client) } }
+        if !holding(claims) { Task { _ = try? await self.deliver(claims, to: stream, client: client) } }
         return Response(status: .noContent)
     }
 
@@ -405,18 +438,71 @@ extension DevSharedSignals {
         ]
     }
 
+    func sign(_ claims: JSONValue, typ: String? = "secevent+jwt", kid: String? = nil, badSignature: Bool = false) async throws -> String {
+        let token = try await keys.sign(claims: claims, typ: typ, kid: kid)
+        guard badSignature else { return token }
+        // Another signature of the same length: the key's, over other bytes.
+        let other = try await keys.sign(claims: ["other": true], typ: typ, kid: kid)
+        return token.split(separator: ".").prefix(2).joined(separator: ".") + "." + (other.split(separator: ".").last ?? "")
+    }
+
+    var isPoll: Bool { state.withLock { $0.stream?.delivery["method"]?.stringValue == DeliveryMethod.poll.urn } }
+
+    /// As the stream's delivery says: pushed, or queued for the receiver's next poll.
+    func deliver(_ claims: JSONValue, to stream: Stream, client: HTTPClient) async throws {
+        if stream.delivery["method"]?.stringValue == DeliveryMethod.poll.urn {
+            let token = try await sign(claims)
+            state.withLock { $0.queue.append((claims["jti"]?.stringValue ?? "", token)) }
+        } else {
+            _ = try await push(claims, to: stream, client: client)
+        }
+    }
+
+    /// RFC 8936 §2.4: takes the acknowledgements and errors, then answers the SETs queued (at most `maxEvents`),
+    /// holding the request open while there are none, unless `returnImmediately`.
+    func poll(_ request: Request, streamID: String) async throws -> Response {
+        guard let body = try await Self.body(request)?.objectValue else { return Self.failure(.badRequest) }
+        guard state.withLock({ $0.stream?.id }) == streamID else { return Self.failure(.notFound) }
+        let refused = state.withLock { state -> Bool in
+            state.polls += 1
+            guard !state.refusePolls else { return true }
+            let acknowledged = Set((body["ack"]?.arrayValue ?? []).compactMap(\.stringValue))
+            let errors = body["setErrs"]?.objectValue ?? [:]
+            state.acknowledged += acknowledged.sorted()
+            state.setErrors.merge(errors) { _, new in new }
+            state.queue.removeAll { acknowledged.contains($0.jti) || errors[$0.jti] != nil }
+            return false
+        }
+        if refused { return Self.failure(.serviceUnavailable) }
+        var maxEvents = 100
+        if case .number(let asked)? = body["maxEvents"], asked >= 0, asked <= 100_000 { maxEvents = Int(asked) }
+        let deadline = Date().addingTimeInterval(body["returnImmediately"] == true ? 0 : state.withLock { $0.longPoll })
+        while true {
+            let (sets, more) = state.withLock { state in
+                let sets = Array(state.queue.prefix(maxEvents))
+                if !sets.isEmpty {
+                    state.offered += sets.map(\.jti)
+                    if state.refuseAfterDelivery { state.refusePolls = true }
+                }
+                return (sets, state.queue.count > maxEvents)
+            }
+            if !sets.isEmpty || Date() >= deadline {
+                return DevTransmitter.json([
+                    "sets": .object(Dictionary(sets.map { ($0.jti, JSONValue.string($0.token)) }) { first, _ in first }),
+                    "moreAvailable": .bool(more),
+                ])
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     /// Signs and pushes as RFC 8935 says, with the stream's authorization header exactly as the receiver gave it.
     func push(
         _ claims: JSONValue, to stream: Stream, client: HTTPClient, authorization: String? = nil, typ: String? = "secevent+jwt", kid: String? = nil,
         badSignature: Bool = false
     ) async throws -> (status: Int, body: String) {
         guard let url = stream.delivery["endpoint_url"]?.stringValue else { throw HTTPError(.conflict, message: "the stream is not a push stream") }
-        var token = try await keys.sign(claims: claims, typ: typ, kid: kid)
-        if badSignature {
-            // Another signature of the same length: the key's, over other bytes.
-            let other = try await keys.sign(claims: ["other": true], typ: typ, kid: kid)
-            token = token.split(separator: ".").prefix(2).joined(separator: ".") + "." + (other.split(separator: ".").last ?? "")
-        }
+        let token = try await sign(claims, typ: typ, kid: kid, badSignature: badSignature)
         var post = HTTPClientRequest(url: url)
         post.method = .POST
         post.headers.add(name: "Content-Type", value: "application/secevent+jwt")
@@ -448,6 +534,21 @@ extension DevSharedSignals {
         }
         if holding(claims) { return DevTransmitter.json(["status": 0, "held": true, "jti": claims["jti"] ?? .null]) }
         let typ = body["typ"].map { $0 == .null ? nil : $0.stringValue } ?? "secevent+jwt"
+        if isPoll {
+            // Queued for the receiver's poll; unless `"wait": false`, answered as a push would have been once the receiver
+            // acknowledged it (202) or reported it (400 and its error), or `{"status": 0, "queued": true}` after 30 s.
+            let jti = claims["jti"]?.stringValue ?? ""
+            let token = try await sign(claims, typ: typ, kid: body["kid"]?.stringValue, badSignature: body["bad_signature"] == true)
+            state.withLock { $0.queue.append((jti, token)) }
+            let deadline = Date().addingTimeInterval(body["wait"] == false ? 0 : 30)
+            while Date() < deadline {
+                let (acknowledged, error) = state.withLock { ($0.acknowledged.contains(jti), $0.setErrors[jti]) }
+                if acknowledged { return DevTransmitter.json(["status": 202, "body": "", "jti": .string(jti)]) }
+                if let error { return DevTransmitter.json(["status": 400, "body": .string(error.serialized), "jti": .string(jti)]) }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            return DevTransmitter.json(["status": 0, "queued": true, "jti": .string(jti)])
+        }
         let (status, answer) = try await push(
             claims, to: stream, client: client, authorization: body["authorization"]?.stringValue, typ: typ, kid: body["kid"]?.stringValue,
             badSignature: body["bad_signature"] == true)

@@ -114,13 +114,10 @@ public struct TransmitterMetadata: Sendable, Equatable {
         }
         // A transmitter elsewhere must not point the service at this machine (its jwks_uri fetched, its stream
         // endpoints sent a bearer token): loopback only for a transmitter that is itself on loopback.
-        let local = Self.isLoopback(issuer)
         func endpoint(_ name: String) throws(InvalidParameter) -> String? {
             guard let value = object[name] else { return nil }
-            guard let url = value.stringValue, URLPolicy.isHTTPSOrLoopback(url), local || !Self.isLoopback(url) else {
-                throw InvalidParameter(name: "metadata", problem: "its \(name) is not an https URL (loopback only for a transmitter on loopback)")
-            }
-            if let problem = URLPolicy.subscriberURLProblem(url) {
+            guard let url = value.stringValue else { throw InvalidParameter(name: "metadata", problem: "its \(name) is not a URL") }
+            if let problem = Self.endpointProblem(url, issuer: issuer) {
                 throw InvalidParameter(name: "metadata", problem: "its \(name) \(problem)")
             }
             return url
@@ -141,6 +138,17 @@ public struct TransmitterMetadata: Sendable, Equatable {
         criticalSubjectMembers = (object["critical_subject_members"]?.arrayValue ?? []).compactMap(\.stringValue)
         specVersion = object["spec_version"]?.stringValue
         self.document = document
+    }
+
+    /// Why the service must not call `url` for the transmitter `issuer` names (its metadata's endpoints, a poll
+    /// stream's URL), or nil: https (http on loopback), and loopback only for a transmitter that is itself on loopback,
+    /// so that a transmitter elsewhere cannot point the service at this machine (its jwks_uri fetched, its endpoints
+    /// sent a bearer token); never a link-local or metadata address.
+    public static func endpointProblem(_ url: String, issuer: String) -> String? {
+        guard URLPolicy.isHTTPSOrLoopback(url), isLoopback(issuer) || !isLoopback(url) else {
+            return "is not an https URL (loopback only for a transmitter on loopback)"
+        }
+        return URLPolicy.subscriberURLProblem(url)
     }
 
     /// Whether a URL's host is this machine.

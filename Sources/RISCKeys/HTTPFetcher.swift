@@ -89,7 +89,9 @@ enum CacheControl {
 extension HTTPClient {
     /// A call to a JSON API with a bearer token (Google's management API, a transmitter's stream endpoints): the status,
     /// and the body (up to 1 MiB) as it came.
-    func callJSON(_ method: HTTPMethod, _ url: String, bearer: String, json: JSONValue?) async throws -> (status: Int, body: Data) {
+    func callJSON(
+        _ method: HTTPMethod, _ url: String, bearer: String, json: JSONValue?, timeout: TimeAmount = .seconds(30), maxBody: Int = 1 << 20
+    ) async throws -> (status: Int, body: Data) {
         var request = HTTPClientRequest(url: url)
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer \(bearer)")
@@ -98,7 +100,7 @@ extension HTTPClient {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(string: json.serialized))
         }
-        let response = try await execute(request, timeout: .seconds(30))
-        return (Int(response.status.code), Data(buffer: try await response.body.collect(upTo: 1 << 20)))
+        let response = try await execute(request, timeout: timeout)
+        return (Int(response.status.code), Data(buffer: try await response.body.collect(upTo: maxBody)))
     }
 }

@@ -136,8 +136,16 @@ public struct StreamManagement: Sendable {
         return components.string ?? url
     }
 
+    /// RFC 8936: one poll of the stream's `endpoint_url`, which the transmitter may hold open (long polling, bounded
+    /// at 60 s by the request itself); the answer's status and body. A large answer is allowed: up to `maxEvents` SETs.
+    public func poll(url: String, _ request: JSONValue) async throws(Failure) -> (status: Int, body: JSONValue) {
+        try await call(.POST, url, json: request, timeout: .seconds(75), maxBody: 64 << 20)
+    }
+
     /// One call with the current access token; on 401, once more with a new one.
-    private func call(_ method: HTTPMethod, _ url: String, json: JSONValue? = nil) async throws(Failure) -> (Int, JSONValue) {
+    private func call(
+        _ method: HTTPMethod, _ url: String, json: JSONValue? = nil, timeout: TimeAmount = .seconds(30), maxBody: Int = 1 << 20
+    ) async throws(Failure) -> (Int, JSONValue) {
         var lastStatus = 0
         for _ in 0..<2 {
             let token: String
@@ -149,7 +157,8 @@ public struct StreamManagement: Sendable {
             let status: Int
             let body: Data
             do {
-                (status, body) = try await HTTPClient.withoutRedirects.callJSON(method, url, bearer: token, json: json)
+                (status, body) = try await HTTPClient.withoutRedirects.callJSON(
+                    method, url, bearer: token, json: json, timeout: timeout, maxBody: maxBody)
             } catch {
                 throw Failure("\(method.rawValue) \(url) failed: \(NetworkErrors.describe(error))")
             }

@@ -95,6 +95,21 @@ public enum ServiceMetrics {
     }
 
     /// A probe whose verification SET did not arrive within the interval.
+    /// A poll of a Shared Signals stream that was answered: the SETs it brought, and the acknowledgements and errors
+    /// it carried.
+    public static func polled(transmitter: String, sets: Int, acks: Int, errors: Int) {
+        let dimensions = [("transmitter", transmitter)]
+        Counter(label: "risc_polls_total", dimensions: dimensions + [("outcome", "answered")]).increment()
+        if sets > 0 { Counter(label: "risc_poll_sets_total", dimensions: dimensions).increment(by: sets) }
+        if acks > 0 { Counter(label: "risc_poll_acks_total", dimensions: dimensions).increment(by: acks) }
+        if errors > 0 { Counter(label: "risc_poll_set_errors_total", dimensions: dimensions).increment(by: errors) }
+    }
+
+    /// A poll that failed (the transmitter unreachable, or an answer that was not one).
+    public static func pollFailed(transmitter: String) {
+        Counter(label: "risc_polls_total", dimensions: [("transmitter", transmitter), ("outcome", "failed")]).increment()
+    }
+
     public static func deliveryProbeTimedOut() {
         Counter(label: "risc_delivery_probes_timed_out_total").increment()
     }

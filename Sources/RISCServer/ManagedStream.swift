@@ -157,6 +157,16 @@ public struct ManagedStream: Sendable {
             ("events_requested", .array(stream.eventsRequested.map(JSONValue.string))),
             ("events_delivered", .array(stream.eventsDelivered.map(JSONValue.string))),
             ("status", status.map { .string($0.state.rawValue) } ?? .null), ("reason", status?.reason.map(JSONValue.string) ?? .null),
+        ] + pollFields
+    }
+
+    /// A poll stream's last poll, as this service recorded it.
+    var pollFields: [(String, JSONValue)] {
+        guard connection.record.delivery == .poll else { return [] }
+        let recorded = connection.record.stream
+        return [
+            ("last_poll_at", recorded?.lastPollAt.map(JSONValue.timestamp) ?? .null),
+            ("last_poll_outcome", recorded?.lastPollOutcome.map(JSONValue.string) ?? .null),
         ]
     }
 

@@ -6,10 +6,10 @@ import RISC
 import RISCKeys
 import RISCStore
 
-/// Receiving on the Shared Signals transmitters' push streams (`POST /ssf/{name}/events`): each transmitter with its
-/// own keys (from its metadata's `jwks_uri`), issuer and stream audience. A push must carry the authorization header
-/// the stream was created with; then the SET is checked by Google's rules and the stream's (`typ`, verification
-/// subject and state), stored, and a `stream-updated` recorded.
+/// Receiving on the Shared Signals transmitters' streams: each transmitter with its own keys (from its metadata's
+/// `jwks_uri`), issuer and stream audience. A push (`POST /ssf/{name}/events`) must carry the authorization header
+/// the stream was created with; a poll stream's SETs come from its poller. Either way the SET is checked by Google's
+/// rules and the stream's (`typ`, verification subject and state), stored, and a `stream-updated` recorded.
 public actor StreamReceivers {
     let store: TransmitterStore
     let allowedAlgorithms: Set<String>
@@ -20,9 +20,9 @@ public actor StreamReceivers {
     private var keys: [String: IssuerKeys] = [:]
     /// Every push stream, as last read, and when; a push reads them again once they are older than
     /// `reloadInterval` (a stream replaced meanwhile), one read at a time.
-    private var streams: [TransmitterName: TransmitterStore.PushStream] = [:]
+    private var streams: [TransmitterName: TransmitterStore.ReceivingStream] = [:]
     private var loaded: ContinuousClock.Instant?
-    private var reading: Task<[TransmitterName: TransmitterStore.PushStream], any Error>?
+    private var reading: Task<[TransmitterName: TransmitterStore.ReceivingStream], any Error>?
     static let reloadInterval: Duration = .seconds(2)
 
     public init(store: TransmitterStore, allowedAlgorithms: Set<String>, unknownKidRefetchInterval: TimeInterval = 30, logger: Logger) {
@@ -36,14 +36,14 @@ public actor StreamReceivers {
 
     private func reload(ifOlderThan age: Duration) async throws {
         guard loaded.map({ ContinuousClock.now - $0 >= age }) ?? true else { return }
-        let task = reading ?? Task { [store] in try await store.pushStreams() }
+        let task = reading ?? Task { [store] in try await store.receivingStreams() }
         reading = task
         defer { reading = nil }
         streams = try await task.value
         loaded = .now
     }
 
-    func stream(named name: TransmitterName) async throws -> (TransmitterStore.PushStream, SETVerifier)? {
+    func stream(named name: TransmitterName) async throws -> (TransmitterStore.ReceivingStream, SETVerifier)? {
         try await reload(ifOlderThan: Self.reloadInterval)
         if streams[name] == nil { try await reload(ifOlderThan: Self.missReloadInterval) }
         guard let stream = streams[name] else { return nil }
@@ -76,57 +76,67 @@ public actor StreamReceivers {
         guard let text = context.parameters.get("name"), let name = try? TransmitterName(text) else {
             return (Response(status: .notFound), "unparsed", "unknown_stream")
         }
-        let found: (TransmitterStore.PushStream, SETVerifier)?
+        let found: (TransmitterStore.ReceivingStream, SETVerifier)?
         do {
             found = try await stream(named: name)
         } catch {
             return (ReceiverController<Context, Inbox>.retryLater(seconds: 5), "unparsed", "unavailable")
         }
-        guard let (stream, verifier) = found else { return (Response(status: .notFound), "unparsed", "unknown_stream") }
-        guard Self.authorized(request, secretHash: stream.secretHash) else {
+        guard let (stream, verifier) = found, stream.delivery == .push, let secretHash = stream.secretHash else {
+            return (Response(status: .notFound), "unparsed", "unknown_stream")
+        }
+        guard Self.authorized(request, secretHash: secretHash) else {
             let rejection = SETRejection(.authenticationFailed, "the push does not carry this stream's authorization header")
             var response = JSONResponse.make(status: .unauthorized, json: rejection.body.jsonValue)
             response.status = .unauthorized
             return (response, "unparsed", rejection.code.rawValue)
         }
-        let store = self.store
         return await controller.receive(
             request, logger: context.logger,
-            verify: { compact throws(SETVerifier.Failure) in
-                let token = try await verifier.verify(compact)
-                // The issuer registered, not only the one the transmitter's metadata says now: a transmitter that
-                // changed its metadata's issuer (to Google's, say) must not be believed.
-                guard token.issuer == stream.issuer else {
-                    throw .rejected(SETRejection(.invalidIssuer, "the issuer is not this stream's transmitter"))
-                }
-                let states: [String]
-                do throws(SETRejection) {
-                    try StreamEventRules.checkType(token.header)
-                    states = try StreamEventRules.checkVerifications(token, streamID: stream.streamID)
-                } catch {
-                    throw .rejected(error)
-                }
-                for state in states {
-                    let expected: Bool
-                    do {
-                        expected = try await store.verificationExpected(of: name, state: state, jti: token.jti)
-                    } catch {
-                        // The database is down: the transmitter retries, as for a SET that cannot be committed.
-                        throw .keysUnavailable(retryAfter: 5)
-                    }
-                    guard expected else {
-                        throw .rejected(SETRejection(.invalidState, "the state is not one this receiver asked for, or it has arrived already"))
-                    }
-                }
-                return token.receivedOnSharedSignalsStream(criticalSubjectMembers: stream.criticalSubjectMembers)
-            },
-            stored: { token in
-                // Only once the SET is committed: a state used by a SET that was never stored stays open.
-                for state in (try? StreamEventRules.checkVerifications(token, streamID: stream.streamID)) ?? [] {
-                    _ = try? await store.verificationArrived(of: name, state: state, jti: token.jti)
-                }
-                guard let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
-                try? await store.recordStatus(status, of: name)
-            })
+            verify: { compact throws(SETVerifier.Failure) in try await self.check(compact, on: stream, verifier: verifier) },
+            stored: { token in await self.stored(token, on: stream) })
+    }
+
+    /// A SET of the stream, checked by the rules of `/risc/events` and the stream's; the token to store, its events read by the stream's
+    /// subject rules.
+    nonisolated func check(
+        _ compact: String, on stream: TransmitterStore.ReceivingStream, verifier: SETVerifier
+    ) async throws(SETVerifier.Failure) -> SecurityEventToken {
+        let token = try await verifier.verify(compact)
+        // The issuer registered, not only the one the transmitter's metadata says now: a transmitter that
+        // changed its metadata's issuer (to Google's, say) must not be believed.
+        guard token.issuer == stream.issuer else {
+            throw .rejected(SETRejection(.invalidIssuer, "the issuer is not this stream's transmitter"))
+        }
+        let states: [String]
+        do throws(SETRejection) {
+            try StreamEventRules.checkType(token.header)
+            states = try StreamEventRules.checkVerifications(token, streamID: stream.streamID)
+        } catch {
+            throw .rejected(error)
+        }
+        for state in states {
+            let expected: Bool
+            do {
+                expected = try await store.verificationExpected(of: stream.name, state: state, jti: token.jti)
+            } catch {
+                // The database is down: the transmitter retries, as for a SET that cannot be committed.
+                throw .keysUnavailable(retryAfter: 5)
+            }
+            guard expected else {
+                throw .rejected(SETRejection(.invalidState, "the state is not one this receiver asked for, or it has arrived already"))
+            }
+        }
+        return token.receivedOnSharedSignalsStream(criticalSubjectMembers: stream.criticalSubjectMembers)
+    }
+
+    /// Once the SET is committed: its verification states arrive (a state used by a SET never stored stays open), and a
+    /// stream-updated is recorded.
+    nonisolated func stored(_ token: SecurityEventToken, on stream: TransmitterStore.ReceivingStream) async {
+        for state in (try? StreamEventRules.checkVerifications(token, streamID: stream.streamID)) ?? [] {
+            _ = try? await store.verificationArrived(of: stream.name, state: state, jti: token.jti)
+        }
+        guard let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
+        try? await store.recordStatus(status, of: stream.name)
     }
 }

@@ -12,4 +12,6 @@ public enum AdvisoryLock: Int32, Sendable, CaseIterable {
     public static let userClass: Int32 = 1
     /// The class of the locks above, each keyed by its raw value.
     public static let singletonClass: Int32 = 2
+    /// The class of a poll stream's poller lock, keyed by `hashtext(name)`: one instance polls each stream.
+    public static let pollStreamClass: Int32 = 3
 }

@@ -101,11 +101,11 @@ public struct TransmitterStore: SealingStore {
     static let columns = """
         name, issuer, config_url, metadata::text, delivery, events_requested, auth_method, client_id, scope, token_endpoint,
         configured, created_at, stream_id, stream_audience, events_delivered, poll_url, stream_status, stream_status_reason,
-        stream_status_at
+        stream_status_at, poll_last_at, poll_last_outcome
         """
     typealias Row = (
         String, String, String, String, String, [String], String, String?, String?, String?, Bool, Date, String?, [String]?, [String]?,
-        String?, String?, String?, Date?
+        String?, String?, String?, Date?, Date?, String?
     )
 
     public func transmitters() async throws -> [TransmitterRecord] {
@@ -228,34 +228,39 @@ extension TransmitterStore {
 }
 
 extension TransmitterStore {
-    /// What receiving a push on a transmitter's stream needs; nil without a push stream.
-    public struct PushStream: Sendable {
+    /// What receiving on a transmitter's stream needs, by push or by poll.
+    public struct ReceivingStream: Sendable {
         public let name: TransmitterName
         public let issuer: String
         public let configURL: String
         public let streamID: String
         public let audience: [String]
-        public let secretHash: Data
+        public let delivery: DeliveryMethod
+        /// Push: the SHA-256 of the authorization header's secret each push must carry.
+        public let secretHash: Data?
+        /// Poll: the transmitter's URL to poll.
+        public let pollURL: String?
         public let criticalSubjectMembers: [String]
     }
 
-    /// Every push stream, by transmitter name: a small table, read whole so that a push to a name that has none is
-    /// answered without a query.
-    public func pushStreams() async throws -> [TransmitterName: PushStream] {
+    /// Every stream that can receive (a push stream with its secret, a poll stream with its URL), by transmitter name:
+    /// a small table, read whole so that a push to a name that has none is answered without a query.
+    public func receivingStreams() async throws -> [TransmitterName: ReceivingStream] {
         try await bounded { connection in
-            var found: [TransmitterName: PushStream] = [:]
-            for try await (text, issuer, configURL, streamID, audience, hash, critical) in try await connection.query(
+            var found: [TransmitterName: ReceivingStream] = [:]
+            for try await (text, issuer, configURL, streamID, audience, delivery, hash, pollURL, critical) in try await connection.query(
                 """
-                SELECT name, issuer, config_url, stream_id, stream_audience, push_secret_hash,
+                SELECT name, issuer, config_url, stream_id, stream_audience, delivery, push_secret_hash, poll_url,
                        coalesce(ARRAY(SELECT jsonb_array_elements_text(metadata -> 'critical_subject_members')), '{}')
                   FROM risc_transmitters
-                 WHERE delivery = 'push' AND stream_id IS NOT NULL AND push_secret_hash IS NOT NULL
+                 WHERE stream_id IS NOT NULL
+                   AND ((delivery = 'push' AND push_secret_hash IS NOT NULL) OR (delivery = 'poll' AND poll_url IS NOT NULL))
                 """, logger: logger
-            ).decode((String, String, String, String, [String]?, Data, [String]).self) {
-                guard let name = try? TransmitterName(naming: text) else { continue }
-                found[name] = PushStream(
-                    name: name, issuer: issuer, configURL: configURL, streamID: streamID, audience: audience ?? [], secretHash: hash,
-                    criticalSubjectMembers: critical)
+            ).decode((String, String, String, String, [String]?, String, Data?, String?, [String]).self) {
+                guard let name = try? TransmitterName(naming: text), let delivery = DeliveryMethod(rawValue: delivery) else { continue }
+                found[name] = ReceivingStream(
+                    name: name, issuer: issuer, configURL: configURL, streamID: streamID, audience: audience ?? [], delivery: delivery,
+                    secretHash: hash, pollURL: pollURL, criticalSubjectMembers: critical)
             }
             return found
         }
@@ -321,6 +326,9 @@ public struct TransmitterRecord: Sendable, Equatable, Encodable {
         public var status: String?
         public var statusReason: String?
         public var statusAt: Date?
+        /// Poll: the last poll's time and outcome.
+        public var lastPollAt: Date?
+        public var lastPollOutcome: String?
     }
 
     public var name: String
@@ -345,7 +353,7 @@ public struct TransmitterRecord: Sendable, Equatable, Encodable {
     init(row: TransmitterStore.Row) {
         let (
             name, issuer, configURL, metadata, delivery, eventsRequested, authMethod, clientID, scope, tokenEndpoint, configured,
-            createdAt, streamID, audience, eventsDelivered, pollURL, status, statusReason, statusAt
+            createdAt, streamID, audience, eventsDelivered, pollURL, status, statusReason, statusAt, lastPollAt, lastPollOutcome
         ) = row
         (self.name, self.issuer, self.configURL, builtIn) = (name, issuer, configURL, false)
         self.metadata = .verbatim(metadata)
@@ -357,7 +365,7 @@ public struct TransmitterRecord: Sendable, Equatable, Encodable {
         stream = streamID.map {
             Stream(
                 streamID: $0, audience: audience ?? [], eventsDelivered: eventsDelivered ?? [], pollURL: pollURL, status: status,
-                statusReason: statusReason, statusAt: statusAt)
+                statusReason: statusReason, statusAt: statusAt, lastPollAt: lastPollAt, lastPollOutcome: lastPollOutcome)
         }
     }
 

@@ -77,6 +77,13 @@ struct Serve: AsyncParsableCommand {
                 store: transmitterStore, googleConfigurationURL: configuration.riscConfigurationURL, publicURL: configuration.publicURL)
             background.append(ConfiguredTransmitters(registry: registry, configured: transmitters, logger: logger))
         }
+        // Poll streams are polled by one instance each, in any serve process, worker or not.
+        background.append(
+            StreamPoller(
+                client: dependencies.postgres, lockConnection: try DatabaseURL.connectionConfiguration(from: configuration.databaseURL),
+                store: transmitterStore,
+                receivers: StreamReceivers(store: transmitterStore, allowedAlgorithms: configuration.allowedAlgorithms, logger: logger),
+                inbox: dependencies.inbox, logger: logger))
         // Each Shared Signals stream is probed on the same interval as Google's, by one instance at a time.
         if configuration.verifyIntervalSeconds > 0 {
             background.append(

@@ -36,6 +36,8 @@ struct Harness {
         /// With the worker: apply new events as they are stored, as `serve` does. False leaves every event
         /// to the worker (as `serve --no-worker` plus a `worker` would).
         var applyOnReceipt = true
+        /// Run the Shared Signals poller beside the receiver (as every `serve` does).
+        var poller = false
         var maxAttempts = 10
         var maxSessionsPerUser = ConfigVariables.maxSessionsPerUser.defaultValue
         /// Start with the transmitter's discovery documents and JWKS answering 503.
@@ -113,6 +115,17 @@ struct Harness {
                 var factory = BackgroundServices(receiverConfiguration)
                 factory.worker.pollInterval = .milliseconds(200)
                 workers.append(factory.makeWorker(client: dependencies.postgres, logger: logger))
+            }
+            if options.poller {
+                let store = TransmitterStore(client: dependencies.postgres, cipher: VaultCipher.from(key: vaultKey, previous: []), logger: logger)
+                var settings = StreamPoller.Settings()
+                settings.lookInterval = .milliseconds(200)
+                settings.backoffBase = .milliseconds(100)
+                workers.append(
+                    StreamPoller(
+                        client: dependencies.postgres, lockConnection: try DatabaseURL.connectionConfiguration(from: options.databaseURL),
+                        store: store, receivers: StreamReceivers(store: store, allowedAlgorithms: configuration.allowedAlgorithms, logger: logger),
+                        inbox: dependencies.inbox, settings: settings, logger: logger))
             }
             let receiverApp = buildApplication(
                 configuration: receiverConfiguration, dependencies: dependencies, logger: logger, extraServices: workers,
