@@ -45,11 +45,11 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
     }
 
     /// The answer, and the event type and outcome it is counted under. `verify` checks the SET as its route requires;
-    /// `stored` runs once it is committed.
+    /// `stored` runs once it is committed (or was already: a redelivery), with the inbox's outcome.
     func receive(
         _ request: Request, logger: Logger,
         verify: (String) async throws(SETVerifier.Failure) -> SecurityEventToken,
-        stored: (SecurityEventToken) async -> Void = { _ in }
+        stored: (SecurityEventToken, EventInbox.Outcome) async -> Void = { _, _ in }
     ) async -> (Response, String, String) {
         var request = request
         let body: ByteBuffer
@@ -108,7 +108,7 @@ public struct ReceiverController<Context: RequestContext, Inbox: SETStore>: Send
                 span?.attributes["risc.set.outcome"] = outcome == .duplicate ? "duplicate" : "stored"
                 return outcome
             }
-            await stored(token)
+            await stored(token, outcome)
             // Debug, not info: the database keeps the audit trail (each event and every action it took), and
             // `risc_sets_received_total` counts them; a line per SET cost the default `serve` a fifth of its rate.
             logger.debug(

@@ -179,14 +179,15 @@ public struct StreamPoller: Service {
         guard token.jti == jti else {
             return PollAcks.Outcome(jti: jti, error: .invalidRequest("the SET's jti is not the one it was delivered under"))
         }
+        let outcome: EventInbox.Outcome
         do {
-            _ = try await inbox.store(InboundEvent(token: token))
+            outcome = try await inbox.store(InboundEvent(token: token))
         } catch EventInbox.Failure.unstorable {
             return PollAcks.Outcome(jti: jti, error: .invalidRequest("the claims cannot be stored"))
         } catch {
             return nil
         }
-        await receivers.stored(token, on: stream)
+        await receivers.stored(token, on: stream, outcome: outcome)
         return PollAcks.Outcome(jti: jti)
     }
 }

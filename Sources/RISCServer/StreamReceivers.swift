@@ -94,7 +94,7 @@ public actor StreamReceivers {
         return await controller.receive(
             request, logger: context.logger,
             verify: { compact throws(SETVerifier.Failure) in try await self.check(compact, on: stream, verifier: verifier) },
-            stored: { token in await self.stored(token, on: stream) })
+            stored: { token, outcome in await self.stored(token, on: stream, outcome: outcome) })
     }
 
     /// A SET of the stream, checked by the rules of `/risc/events` and the stream's; the token to store, its events read by the stream's
@@ -131,12 +131,12 @@ public actor StreamReceivers {
     }
 
     /// Once the SET is committed: its verification states arrive (a state used by a SET never stored stays open), and a
-    /// stream-updated is recorded.
-    nonisolated func stored(_ token: SecurityEventToken, on stream: TransmitterStore.ReceivingStream) async {
+    /// stream-updated is recorded, unless it is a redelivery: an old status must not overwrite a newer one.
+    nonisolated func stored(_ token: SecurityEventToken, on stream: TransmitterStore.ReceivingStream, outcome: EventInbox.Outcome) async {
         for state in (try? StreamEventRules.checkVerifications(token, streamID: stream.streamID)) ?? [] {
             _ = try? await store.verificationArrived(of: stream.name, state: state, jti: token.jti)
         }
-        guard let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
+        guard outcome == .stored, let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
         try? await store.recordStatus(status, of: stream.name)
     }
 }

@@ -53,12 +53,19 @@ public struct TransmitterStore: SealingStore {
         let cipher = try requireCipher()
         let sealed = try cipher.seal(transmitter.authorization.secret, transmitter: transmitter.name)
         let (clientID, scope, tokenEndpoint) = Self.clientFields(transmitter.authorization)
-        return try await bounded { connection in
+        return try await client.transaction(timeout: timeout, logger: logger) { connection in
+            // Another issuer: the stream, its health and its verifications were another transmitter's.
+            try await connection.query(
+                """
+                DELETE FROM risc_stream_verifications v USING risc_transmitters t
+                 WHERE v.transmitter = t.name AND t.name = \(transmitter.name.value) AND t.configured AND t.issuer <> \(transmitter.issuer)
+                """, logger: logger)
             try await connection.query(
                 """
                 UPDATE risc_transmitters
                    SET stream_id = NULL, stream_audience = NULL, events_delivered = NULL, poll_url = NULL, push_secret_hash = NULL,
-                       stream_status = NULL, stream_status_reason = NULL, stream_status_at = NULL
+                       stream_status = NULL, stream_status_reason = NULL, stream_status_at = NULL, health_probed_at = NULL,
+                       health_endpoint_url = NULL, health_error = NULL, poll_last_at = NULL, poll_last_outcome = NULL
                  WHERE name = \(transmitter.name.value) AND configured AND issuer <> \(transmitter.issuer)
                 """, logger: logger)
             let rows = try await connection.query(

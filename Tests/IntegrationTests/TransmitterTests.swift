@@ -293,6 +293,14 @@ struct TransmitterTests {
             let shown = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
             let stream = try JSONValue.parse(Data(shown.output.utf8))["stream"]
             #expect(stream?["status"] == "paused" && stream?["status_reason"] == "maintenance", "\(shown.output)")
+            // Resumed; then the old pause is delivered again: a redelivery does not overwrite the newer status.
+            #expect(try await Self.push(harness, ["type": "stream-updated", "event": ["status": "enabled"]]).status == 202)
+            let redelivered = try await Self.push(
+                harness, ["type": "stream-updated", "event": ["status": "paused", "reason": "maintenance"], "jti": .string(updated.jti)])
+            #expect(redelivered.status == 202)
+            try await eventually("the redelivery is taken") { try await Self.devState(harness)["queued"]?.arrayValue?.isEmpty ?? true }
+            let after = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
+            #expect(try JSONValue.parse(Data(after.output.utf8))["stream"]?["status"] == "enabled", "\(after.output)")
 
             // A subject with a critical member the service does not understand (the tenant): stored, not acted on.
             let other = "ssf-\(UUID().uuidString)"
@@ -335,14 +343,19 @@ struct TransmitterTests {
                     let unknownEmail: JSONValue = ["format": "email", "email": .string("nobody-\(sub)@example.com")]
                     let unmatched = try await Self.push(harness, ["type": "session-revoked", "sub_id": unknownEmail])
                     #expect(unknown.status == 202 && unmatched.status == 202)
+                    // An event's own `subject` that is no subject object: the SET's `sub_id` is the subject, as acted on.
+                    let fallback = try await Self.push(
+                        harness, ["type": "session-revoked", "event": ["subject": "not-an-object"], "sub_id": unknownEmail])
+                    #expect(fallback.status == 202)
 
-                    try await eventually("three notifications arrive") { subscriber.accepted.withLock { $0.count } == 3 }
+                    try await eventually("four notifications arrive") { subscriber.accepted.withLock { $0.count } == 4 }
                     let bodies = Dictionary(
                         subscriber.accepted.withLock { $0 }.map { ($0.json["event"]?["jti"]?.stringValue ?? "", $0.json) }) { first, _ in first }
                     let expected: [(jti: String, type: String, sub: JSONValue, count: Double, subject: JSONValue)] = [
                         (revoked.jti, "revoke_sessions", .string(sub), 1, email),
                         (unknown.jti, "require_credential_change", .null, 0, stranger),
                         (unmatched.jti, "revoke_sessions", .null, 0, unknownEmail),
+                        (fallback.jti, "revoke_sessions", .null, 0, unknownEmail),
                     ]
                     for notice in expected {
                         let body = bodies[notice.jti]

@@ -10,13 +10,15 @@ BEGIN
     END IF;
     -- The event's traceparent (tracing on): the delivery continues the trace of the request that stored it.
     -- An event from a Shared Signals transmitter names it, and its subject as received: the event's own, else the
-    -- SET's `sub_id`, as the receiver read them.
+    -- SET's `sub_id`, as the receiver read them (a member that is not an object is no subject).
     INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at,
                                     traceparent, event_issued_at, transmitter, subject)
     SELECT s.id, a.id, a.kind, coalesce(a.sub, ''), a.rows_affected, a.event_id, e.jti, coalesce(e.event_types[coalesce(a.event_position, 0) + 1], ''),
            a.applied_at, e.traceparent, e.issued_at, t.name,
-           CASE WHEN t.name IS NOT NULL
-                THEN coalesce(e.claims -> 'events' -> e.event_types[coalesce(a.event_position, 0) + 1] -> 'subject', e.claims -> 'sub_id')::jsonb
+           CASE WHEN t.name IS NOT NULL THEN coalesce(
+                    CASE WHEN json_typeof(e.claims -> 'events' -> e.event_types[coalesce(a.event_position, 0) + 1] -> 'subject') = 'object'
+                         THEN e.claims -> 'events' -> e.event_types[coalesce(a.event_position, 0) + 1] -> 'subject' END,
+                    CASE WHEN json_typeof(e.claims -> 'sub_id') = 'object' THEN e.claims -> 'sub_id' END)::jsonb
            END
       FROM recorded_actions a
       JOIN risc_events e ON e.id = a.event_id
