@@ -132,7 +132,7 @@ if [ $# -eq 0 ]; then
     echo "scripts/test.sh: fuzz/make-corpus.py no longer writes the committed fuzz/corpus" >&2
     exit 1
   fi
-  # One release build for all three, made here, after the tests: built beside them (in the background, at the idle
+  # One release build for all four, made here, after the tests: built beside them (in the background, at the idle
   # scheduling class) it slowed the debug build by a quarter and made the tests' time bounds fail on 2 cores.
   stage "the release build, Swift's runtime linked in (a first build takes 10-15 minutes), and the fuzzer"
   . scripts/lib/release-build.sh
@@ -147,6 +147,7 @@ if [ $# -eq 0 ]; then
   RISC_BENCH_MAX_RATE=200 scripts/bench-ingest.sh 4 1 10
   scripts/bench-accounts.sh 20 300 1
   RISC_BENCH_TOKENS_PER_RUN=300 scripts/bench-growth.sh 2000 4 1
+  scripts/bench-poll.sh 500 4 1 3
   stage "scripts/release.sh, checked: the tarball's binary runs alone, with no Swift installed, and names its commit"
   scripts/check-release.sh
 fi

@@ -148,6 +148,16 @@ extension DevTransmitter {
         router.post("/ssf/poll/:id") { request, context in
             try await ssf.authorized(request) { try await ssf.poll(request, streamID: context.parameters.get("id") ?? "") }
         }
+        // Benchmarks: `?count=N&first=F`: N CAEP session-revoked SETs about the Google users load-user-F.., signed and queued
+        // for the poll stream at once.
+        router.post("/dev/ssf/queue-batch") { request, _ in
+            guard let count = request.uri.queryParameters.get("count").flatMap({ Int(String($0)) }), (1...1_000_000).contains(count) else {
+                throw HTTPError(.badRequest, message: "count must be 1...1000000")
+            }
+            let first = request.uri.queryParameters.get("first").flatMap { Int(String($0)) } ?? 0
+            try await ssf.queueBatch(count: count, first: first, issuer: self.sharedSignalsIssuer)
+            return Self.json(["queued": .number(Double(count))])
+        }
         // Tests: polls answered 503 (`?refuse=true`), or once a poll has returned SETs (`?refuse_after_delivery=true`), or
         // served again; how long an empty poll is held (`long_poll=SECONDS`).
         router.post("/dev/ssf/poll-control") { request, _ in
@@ -195,6 +205,7 @@ extension DevTransmitter {
                 "subjects": .array(state.subjects), "queued": .array(state.queue.map { .string($0.jti) }),
                 "acknowledged": .array(state.acknowledged.map(JSONValue.string)), "set_errors": .object(state.setErrors),
                 "polls": .number(Double(state.polls)), "offered": .array(state.offered.map(JSONValue.string)),
+                "queued_count": .number(Double(state.queue.count)), "acknowledged_count": .number(Double(state.acknowledged.count)),
             ])
         }
     }
@@ -456,6 +467,27 @@ extension DevSharedSignals {
         } else {
             _ = try await push(claims, to: stream, client: client)
         }
+    }
+
+    /// Signs `count` session-revoked SETs about load-user-`first`.. on every core, and queues them in order.
+    func queueBatch(count: Int, first: Int, issuer: String) async throws {
+        guard let stream = state.withLock({ $0.stream }) else { throw HTTPError(.conflict, message: "no stream") }
+        let workers = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        let signed = try await withThrowingTaskGroup(of: [(Int, String, String)].self) { group in
+            for worker in 0..<workers {
+                group.addTask {
+                    var tokens: [(Int, String, String)] = []
+                    for index in stride(from: worker, to: count, by: workers) {
+                        let subject: JSONValue = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string("load-user-\(first + index)")]
+                        let claims = self.claims(stream, issuer: issuer, type: EventType.caepSessionRevoked.rawValue, event: [:], subject: subject)
+                        tokens.append((index, claims["jti"]?.stringValue ?? "", try await self.sign(claims)))
+                    }
+                    return tokens
+                }
+            }
+            return try await group.reduce(into: []) { $0.append(contentsOf: $1) }.sorted { $0.0 < $1.0 }
+        }
+        state.withLock { $0.queue.append(contentsOf: signed.map { ($0.1, $0.2) }) }
     }
 
     /// RFC 8936 §2.4: takes the acknowledgements and errors, then answers the SETs queued (at most `maxEvents`),
