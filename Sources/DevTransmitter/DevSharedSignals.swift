@@ -346,6 +346,8 @@ extension DevSharedSignals {
             guard let stream = state.stream, stream.id == id else { return false }
             state.stream = nil
             state.deletedStreams.append(stream.id)
+            // A deleted stream's events go with it.
+            (state.queue, state.held) = ([], [])
             return true
         }
         return Response(status: deleted ? .noContent : .notFound)
@@ -510,7 +512,9 @@ extension DevSharedSignals {
         if case .number(let asked)? = body["maxEvents"], asked >= 0, asked <= 100_000 { maxEvents = Int(asked) }
         let deadline = Date().addingTimeInterval(body["returnImmediately"] == true ? 0 : state.withLock { $0.longPoll })
         while true {
-            let (sets, more) = state.withLock { state in
+            let answer = state.withLock { state -> (sets: [(jti: String, token: String)], more: Bool)? in
+                // Deleted while this poll was held: the stream's events are gone with it.
+                guard state.stream?.id == streamID else { return nil }
                 let sets = Array(state.queue.prefix(maxEvents))
                 if !sets.isEmpty {
                     state.offered += sets.map(\.jti)
@@ -518,6 +522,7 @@ extension DevSharedSignals {
                 }
                 return (sets, state.queue.count > maxEvents)
             }
+            guard let (sets, more) = answer else { return Self.failure(.notFound) }
             if !sets.isEmpty || Date() >= deadline {
                 return DevTransmitter.json([
                     "sets": .object(Dictionary(sets.map { ($0.jti, JSONValue.string($0.token)) }) { first, _ in first }),

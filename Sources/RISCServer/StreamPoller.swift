@@ -6,6 +6,7 @@ import RISCKeys
 import RISCMetrics
 import RISCStore
 import ServiceLifecycle
+import Synchronization
 
 /// Takes the SETs of every poll stream (RFC 8936). One instance polls each stream: the one holding its advisory lock,
 /// asked for on a connection of this poller's own, outside the pool, so that the lock lives exactly as long as the
@@ -60,16 +61,31 @@ public struct StreamPoller: Service {
     /// those it holds, until the connection fails or this task ends.
     private func pollWhileConnected() async throws {
         let connection = try await PostgresConnection.connect(configuration: lockConnection, id: 0, logger: DatabaseURL.poolLogger(logger))
-        defer { Task { try? await connection.close() } }
+        do {
+            try await pollWhileOpen(connection)
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        try? await connection.close()
+    }
+
+    private func pollWhileOpen(_ connection: PostgresConnection) async throws {
         try await whileOpen(connection) {
             try await withThrowingDiscardingTaskGroup { group in
-                var polling: Set<TransmitterName> = []
+                let polling = PollingStreams()
                 while !Task.isCancelled {
                     let streams = try await self.store.receivingStreams().filter { $0.value.delivery == .poll }
                     for (name, _) in streams where !polling.contains(name) {
                         guard try await self.takeLock(of: name, on: connection) else { continue }
                         polling.insert(name)
-                        group.addTask { await self.poll(name) }
+                        group.addTask {
+                            await self.poll(name)
+                            // The stream is gone: its lock goes back, so that it is polled again should it come back.
+                            _ = try? await connection.query(
+                                "SELECT pg_advisory_unlock(\(AdvisoryLock.pollStreamClass), hashtext(\(name.value)))", logger: self.logger)
+                            polling.remove(name)
+                        }
                     }
                     try await Task.sleep(for: self.settings.lookInterval)
                 }
@@ -146,8 +162,10 @@ public struct StreamPoller: Service {
         // The transmitter has what was sent: it is no longer owed.
         try await acks.sent(acknowledged + Array(errors.keys), to: stream.name)
         ServiceMetrics.polled(transmitter: stream.name.value, sets: sets.count, acks: acknowledged.count, errors: errors.count)
+        // Checked against the stream as read for this poll: the receivers' own copy may be a replaced stream's.
+        let verifier = await receivers.verifier(for: stream)
         let outcomes = await withTaskGroup(of: PollAcks.Outcome?.self) { group in
-            for (jti, value) in sets { group.addTask { await self.take(jti: jti, value, from: stream) } }
+            for (jti, value) in sets { group.addTask { await self.take(jti: jti, value, from: stream, verifier: verifier) } }
             var outcomes: [PollAcks.Outcome] = []
             for await outcome in group { if let outcome { outcomes.append(outcome) } }
             return outcomes
@@ -160,21 +178,20 @@ public struct StreamPoller: Service {
 
     /// One SET of a poll: its outcome once final (stored, or refused), or nil when a push would have been answered
     /// 503 (the keys or the database unavailable): it is neither acknowledged nor reported, and comes again.
-    func take(jti: String, _ value: JSONValue, from stream: TransmitterStore.ReceivingStream) async -> PollAcks.Outcome? {
+    func take(
+        jti: String, _ value: JSONValue, from stream: TransmitterStore.ReceivingStream, verifier: SETVerifier
+    ) async -> PollAcks.Outcome? {
         guard let compact = value.stringValue else {
             return PollAcks.Outcome(jti: jti, error: .invalidRequest("the SET is not a compact JWS string"))
         }
         let token: SecurityEventToken
-        do {
-            guard let (current, verifier) = try await receivers.stream(named: stream.name) else { return nil }
-            token = try await receivers.check(compact, on: current, verifier: verifier)
-        } catch let failure as SETVerifier.Failure {
-            switch failure {
+        do throws(SETVerifier.Failure) {
+            token = try await receivers.check(compact, on: stream, verifier: verifier)
+        } catch {
+            switch error {
             case .rejected(let rejection): return PollAcks.Outcome(jti: jti, error: rejection)
             case .keysUnavailable: return nil
             }
-        } catch {
-            return nil
         }
         guard token.jti == jti else {
             return PollAcks.Outcome(jti: jti, error: .invalidRequest("the SET's jti is not the one it was delivered under"))
@@ -190,4 +207,13 @@ public struct StreamPoller: Service {
         await receivers.stored(token, on: stream, outcome: outcome)
         return PollAcks.Outcome(jti: jti)
     }
+}
+
+/// The streams this instance polls, shared by the loop that takes their locks and the tasks that poll them.
+final class PollingStreams: Sendable {
+    private let names = Mutex<Set<TransmitterName>>([])
+
+    func contains(_ name: TransmitterName) -> Bool { names.withLock { $0.contains(name) } }
+    func insert(_ name: TransmitterName) { _ = names.withLock { $0.insert(name) } }
+    func remove(_ name: TransmitterName) { _ = names.withLock { $0.remove(name) } }
 }

@@ -47,7 +47,12 @@ public actor StreamReceivers {
         try await reload(ifOlderThan: Self.reloadInterval)
         if streams[name] == nil { try await reload(ifOlderThan: Self.missReloadInterval) }
         guard let stream = streams[name] else { return nil }
-        let keyName = "\(name.value) \(stream.configURL)"
+        return (stream, verifier(for: stream))
+    }
+
+    /// The verifier of `stream`'s SETs: its transmitter's keys (kept across reloads) and its stream's audience.
+    func verifier(for stream: TransmitterStore.ReceivingStream) -> SETVerifier {
+        let keyName = "\(stream.name.value) \(stream.configURL)"
         let issuerKeys: IssuerKeys
         if let existing = keys[keyName] {
             issuerKeys = existing
@@ -60,7 +65,7 @@ public actor StreamReceivers {
             keys[keyName] = issuerKeys
         }
         let policy = SETPolicy(allowedAlgorithms: allowedAlgorithms, audiences: Set(stream.audience))
-        return (stream, SETVerifier(keys: issuerKeys, policy: policy))
+        return SETVerifier(keys: issuerKeys, policy: policy)
     }
 
     /// Exactly `Bearer <the stream's secret>`, compared by its SHA-256 in constant time.

@@ -529,6 +529,20 @@ struct TransmitterTests {
         }
     }
 
+    @Test("A poll stream deleted and created again is polled again")
+    func pollStreamRecreated() async throws {
+        try await Self.withStream("poll") { harness, environment in
+            let subject: JSONValue = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": "recreated"]
+            #expect(try await Self.push(harness, ["type": "session-revoked", "sub_id": subject]).status == 202)
+            #expect(try await runRiscReceiver(["streams", "delete", "dev-ssf"], environment: environment).status == 0)
+            // Long enough for the poller to find the stream gone and stop polling it.
+            try await Task.sleep(for: .seconds(3))
+            #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+            let again = try await Self.push(harness, ["type": "session-revoked", "sub_id": subject])
+            #expect(again.status == 202, "the new stream's SET is taken: \(again)")
+        }
+    }
+
     @Test("A transmitter that changes its metadata's issuer after it was registered is not believed, even as Google")
     func issuerPinned() async throws {
         try await Self.withStream { harness, _ in
