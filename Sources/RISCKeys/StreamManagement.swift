@@ -136,10 +136,10 @@ public struct StreamManagement: Sendable {
         return components.string ?? url
     }
 
-    /// RFC 8936: one poll of the stream's `endpoint_url`, which the transmitter may hold open (long polling, bounded
-    /// at 60 s by the request itself); the answer's status and body. A large answer is allowed: up to `maxEvents` SETs.
+    /// RFC 8936: one poll of the stream's `endpoint_url`, which the transmitter may hold open (long polling), for at most
+    /// 60 s; the answer's status and body. A large answer is allowed: up to `maxEvents` SETs.
     public func poll(url: String, _ request: JSONValue) async throws(Failure) -> (status: Int, body: JSONValue) {
-        try await call(.POST, url, json: request, timeout: .seconds(75), maxBody: 64 << 20)
+        try await call(.POST, url, json: request, timeout: .seconds(60), maxBody: 64 << 20)
     }
 
     /// One call with the current access token; on 401, once more with a new one.

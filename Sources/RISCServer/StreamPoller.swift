@@ -19,9 +19,13 @@ public struct StreamPoller: Service {
         public var maxEvents = 1_000
         /// How often an instance looks for poll streams to take, and for streams it polls that are gone.
         public var lookInterval: Duration = .seconds(2)
-        /// After a failed poll: the first wait, doubled each time (with jitter) up to `maxBackoff`.
+        /// After a failed poll, or one whose SETs could not all be settled: the first wait, doubled each time (with
+        /// jitter) up to `maxBackoff`.
         public var backoffBase: Duration = .seconds(1)
         public var maxBackoff: Duration = .seconds(60)
+        /// The least time between two polls that brought nothing: a transmitter that answers at once instead of holding
+        /// the request (as Keycloak does) is asked once a second, not in a loop.
+        public var idlePause: Duration = .seconds(1)
         public init() {}
     }
 
@@ -102,8 +106,9 @@ public struct StreamPoller: Service {
         return false
     }
 
-    /// Polls one stream for as long as it is a poll stream: at once again after SETs came (or the transmitter held the
-    /// request and none did), after a backoff with jitter after an error.
+    /// Polls one stream for as long as it is a poll stream: at once again after SETs came, at least `idlePause` after a
+    /// poll that brought none, and after a backoff with jitter after an error, or after SETs that could not all be
+    /// settled (the database or the keys unavailable: the transmitter will offer them again).
     func poll(_ name: TransmitterName) async {
         logger.info("Polling a stream", metadata: ["transmitter": "\(name)"])
         var failures = 0
@@ -113,11 +118,17 @@ public struct StreamPoller: Service {
                     logger.info("A polled stream is gone; no longer polling it", metadata: ["transmitter": "\(name)"])
                     return
                 }
-                try await pollOnce(stream, url: url)
-                failures = 0
-            } catch is CancellationError {
-                return
+                let started = ContinuousClock.now
+                let result = try await pollOnce(stream, url: url)
+                if result.unsettled > 0 {
+                    failures += 1
+                    try? await Task.sleep(for: backoff(afterFailures: failures))
+                } else {
+                    failures = 0
+                    if result.taken == 0 { try? await Task.sleep(until: started + settings.idlePause) }
+                }
             } catch {
+                if Task.isCancelled { return }
                 failures += 1
                 try? await acks.recordPoll(of: name, outcome: "failed: \(error)")
                 ServiceMetrics.pollFailed(transmitter: name.value)
@@ -139,7 +150,9 @@ public struct StreamPoller: Service {
     }
 
     /// One poll: sends what is owed, stores each SET returned, and records each one's outcome to send next time.
-    func pollOnce(_ stream: TransmitterStore.ReceivingStream, url: String) async throws {
+    /// Returns how many SETs it brought, and how many of them are left for the transmitter to offer again.
+    @discardableResult
+    func pollOnce(_ stream: TransmitterStore.ReceivingStream, url: String) async throws -> (taken: Int, unsettled: Int) {
         if let problem = TransmitterMetadata.endpointProblem(url, issuer: stream.issuer) {
             throw PollRefused(description: "the stream's poll URL \(problem)")
         }
@@ -156,12 +169,23 @@ public struct StreamPoller: Service {
         } catch {
             throw PollRefused(description: error.description)
         }
-        guard answer.status == 200, let sets = answer.body["sets"]?.objectValue else {
+        guard answer.status == 200, let answered = answer.body["sets"]?.objectValue else {
             throw PollRefused(description: "the transmitter answered HTTP \(answer.status) without sets")
         }
-        // The transmitter has what was sent: it is no longer owed.
-        try await acks.sent(acknowledged + Array(errors.keys), to: stream.name)
-        ServiceMetrics.polled(transmitter: stream.name.value, sets: sets.count, acks: acknowledged.count, errors: errors.count)
+        // The transmitter has what was sent: it is no longer owed. If that cannot be recorded now, it is sent again,
+        // which is harmless; the SETs of this answer are taken all the same.
+        do {
+            try await acks.sent(acknowledged + Array(errors.keys), to: stream.name)
+        } catch {
+            logger.warning("Could not record the acknowledgements as sent; they go again", metadata: ["transmitter": "\(stream.name)"])
+        }
+        // At most what was asked for; a jti too long to store or report is left alone (and logged), so that one bad
+        // entry cannot stop the rest.
+        let sets = answered.sorted { $0.key < $1.key }.prefix(settings.maxEvents).filter { ClaimBounds.fits($0.key) && !$0.key.isEmpty }
+        if sets.count < min(answered.count, settings.maxEvents) {
+            logger.warning("A poll answer holds SETs under a jti that cannot be kept; they are left", metadata: ["transmitter": "\(stream.name)"])
+        }
+        ServiceMetrics.polled(transmitter: stream.name.value, sets: answered.count, acks: acknowledged.count, errors: errors.count)
         // Checked against the stream as read for this poll: the receivers' own copy may be a replaced stream's.
         let verifier = await receivers.verifier(for: stream)
         let outcomes = await withTaskGroup(of: PollAcks.Outcome?.self) { group in
@@ -172,8 +196,10 @@ public struct StreamPoller: Service {
         }
         try await acks.record(outcomes, for: stream.name)
         let refused = outcomes.filter { $0.error != nil }.count
+        let unsettled = answered.count - outcomes.count
         try await acks.recordPoll(
-            of: stream.name, outcome: "ok: \(sets.count) SETs, \(outcomes.count - refused) stored, \(refused) refused, \(sets.count - outcomes.count) left for later")
+            of: stream.name, outcome: "ok: \(answered.count) SETs, \(outcomes.count - refused) stored, \(refused) refused, \(unsettled) left for later")
+        return (answered.count, unsettled)
     }
 
     /// One SET of a poll: its outcome once final (stored, or refused), or nil when a push would have been answered
@@ -183,6 +209,10 @@ public struct StreamPoller: Service {
     ) async -> PollAcks.Outcome? {
         guard let compact = value.stringValue else {
             return PollAcks.Outcome(jti: jti, error: .invalidRequest("the SET is not a compact JWS string"))
+        }
+        // As large as a push may be, no larger.
+        guard compact.utf8.count <= RequestLimits.maxBodyBytes else {
+            return PollAcks.Outcome(jti: jti, error: .invalidRequest("the SET is larger than \(RequestLimits.maxBodyBytes) bytes"))
         }
         let token: SecurityEventToken
         do throws(SETVerifier.Failure) {

@@ -24,18 +24,28 @@ public struct PollAcks: Sendable {
         public init(jti: String, error: SETRejection? = nil) { (self.jti, self.error) = (jti, error) }
     }
 
-    /// Records outcomes to send with the next poll. A jti already owed keeps its first outcome: a redelivered SET
-    /// that was stored is acknowledged once.
+    /// Records outcomes to send with the next poll. An acknowledgement replaces an error still owed for the same jti
+    /// (the SET came again, valid, and is stored); an error never replaces an acknowledgement.
     public func record(_ outcomes: [Outcome], for name: TransmitterName) async throws {
         guard !outcomes.isEmpty else { return }
+        do {
+            try await insert(outcomes, for: name)
+        } catch let error as PSQLError where error.isRefusalOfData && outcomes.count > 1 {
+            // One outcome's text PostgreSQL cannot hold must not lose the others: one at a time, that one left out.
+            for outcome in outcomes { try? await insert([outcome], for: name) }
+        }
+    }
+
+    private func insert(_ outcomes: [Outcome], for name: TransmitterName) async throws {
         try await client.withConnection(timeout: timeout) { connection in
             _ = try await connection.query(
                 """
-                INSERT INTO risc_poll_acks (transmitter, jti, error_code, description)
+                INSERT INTO risc_poll_acks AS owed (transmitter, jti, error_code, description)
                 SELECT \(name.value), o.jti, NULLIF(o.code, ''), NULLIF(o.description, '')
                   FROM unnest(\(outcomes.map(\.jti))::text[], \(outcomes.map { $0.error?.code.rawValue ?? "" })::text[],
                               \(outcomes.map { $0.error?.text ?? "" })::text[]) AS o(jti, code, description)
-                ON CONFLICT (transmitter, jti) DO NOTHING
+                ON CONFLICT (transmitter, jti) DO UPDATE SET error_code = NULL, description = NULL, created_at = now()
+                 WHERE EXCLUDED.error_code IS NULL AND owed.error_code IS NOT NULL
                 """, logger: logger)
         }
     }
@@ -51,8 +61,9 @@ public struct PollAcks: Sendable {
                  ORDER BY created_at, jti LIMIT \(limit)
                 """, logger: logger
             ).decode((String, String?, String?).self) {
-                if let code, let known = SETRejection.Code(rawValue: code) {
-                    errors[jti] = SETRejection(known, description ?? "")
+                if let code {
+                    // A code this version does not know (written by a newer one) is still an error, never an ack.
+                    errors[jti] = SETRejection(SETRejection.Code(rawValue: code) ?? .invalidRequest, description ?? "")
                 } else {
                     acks.append(jti)
                 }

@@ -54,7 +54,13 @@ public struct TransmitterStore: SealingStore {
         let sealed = try cipher.seal(transmitter.authorization.secret, transmitter: transmitter.name)
         let (clientID, scope, tokenEndpoint) = Self.clientFields(transmitter.authorization)
         return try await client.transaction(timeout: timeout, logger: logger) { connection in
-            // Another issuer: the stream, its health and its verifications were another transmitter's.
+            // Another issuer: the stream, its health, its verifications and what its poller owed were another
+            // transmitter's.
+            try await connection.query(
+                """
+                DELETE FROM risc_poll_acks a USING risc_transmitters t
+                 WHERE a.transmitter = t.name AND t.name = \(transmitter.name.value) AND t.configured AND t.issuer <> \(transmitter.issuer)
+                """, logger: logger)
             try await connection.query(
                 """
                 DELETE FROM risc_stream_verifications v USING risc_transmitters t
@@ -197,6 +203,12 @@ extension TransmitterStore {
     /// poll, and for push the SHA-256 of the secret each push must carry.
     public func recordStream(_ stream: StreamConfiguration, of name: TransmitterName, pushSecretHash: Data?) async throws {
         _ = try await bounded { connection in
+            // What a poller owed another stream is not this one's to send.
+            try await connection.query(
+                """
+                DELETE FROM risc_poll_acks WHERE transmitter = \(name.value)
+                   AND (SELECT stream_id FROM risc_transmitters WHERE name = \(name.value)) IS DISTINCT FROM \(stream.streamID)
+                """, logger: logger)
             try await connection.query(
                 """
                 UPDATE risc_transmitters
@@ -211,6 +223,7 @@ extension TransmitterStore {
     /// The stream is gone at the transmitter: forget it here too.
     public func forgetStream(of name: TransmitterName) async throws {
         _ = try await bounded { connection in
+            try await connection.query("DELETE FROM risc_poll_acks WHERE transmitter = \(name.value)", logger: logger)
             try await connection.query(
                 """
                 UPDATE risc_transmitters

@@ -121,10 +121,14 @@ struct Harness {
                 var settings = StreamPoller.Settings()
                 settings.lookInterval = .milliseconds(200)
                 settings.backoffBase = .milliseconds(100)
+                settings.maxBackoff = .seconds(1)
                 workers.append(
                     StreamPoller(
                         client: dependencies.postgres, lockConnection: try DatabaseURL.connectionConfiguration(from: options.databaseURL),
-                        store: store, receivers: StreamReceivers(store: store, allowedAlgorithms: configuration.allowedAlgorithms, logger: logger),
+                        store: store,
+                        receivers: StreamReceivers(
+                            store: store, allowedAlgorithms: configuration.allowedAlgorithms,
+                            unknownKidRefetchInterval: options.unknownKidRefetchInterval, logger: logger),
                         inbox: dependencies.inbox, settings: settings, logger: logger))
             }
             let receiverApp = buildApplication(

@@ -131,4 +131,41 @@ struct PollCrashTests {
             #expect(after.stored == 1 && after.actions == 1, "stored and applied once: \(after)")
         }
     }
+
+    @Test("What is owed: an ack replaces an owed error, an unknown code is still an error, one bad row loses no other, a new stream owes nothing")
+    func owed() async throws {
+        try await Self.withPollStream { database, transmitter, environment in
+            let acks = PollAcks(client: database.client, logger: Harness.logger)
+            let name = try TransmitterName(naming: "dev-ssf")
+            try await acks.record([PollAcks.Outcome(jti: "later-valid", error: .invalidRequest("a first copy was malformed"))], for: name)
+            // Text PostgreSQL cannot hold in an index (a jti of 14,400 random characters) beside two good outcomes.
+            let huge = (0..<400).map { _ in UUID().uuidString }.joined()
+            try await acks.record([PollAcks.Outcome(jti: "later-valid"), PollAcks.Outcome(jti: huge), PollAcks.Outcome(jti: "fine")], for: name)
+            _ = try await database.client.query(
+                "INSERT INTO risc_poll_acks (transmitter, jti, error_code, description) VALUES ('dev-ssf', 'future', 'from_a_newer_version', 'd')",
+                logger: Harness.logger)
+            let (owedAcks, owedErrors) = try await acks.owed(to: name)
+            #expect(Set(owedAcks) == ["later-valid", "fine"], "\(owedAcks)")
+            #expect(owedErrors.keys.sorted() == ["future"] && owedErrors["future"]?.code == .invalidRequest, "\(owedErrors)")
+            // A stream deleted: what was owed to it goes with it.
+            #expect(try await runRiscReceiver(["streams", "delete", "dev-ssf"], environment: environment).status == 0)
+            let afterDelete = try await acks.owed(to: name)
+            #expect(afterDelete.acks.isEmpty && afterDelete.errors.isEmpty)
+        }
+    }
+
+    @Test("A transmitter that answers every poll at once, empty, is polled about once a second, not in a loop")
+    func idlePolls() async throws {
+        try await Self.withPollStream { database, transmitter, _ in
+            try await Self.control(transmitter, "long_poll=0")
+            let serve = try ServeProcess.start(databaseURL: database.url, transmitter: transmitter)
+            defer { serve.stop() }
+            try await serve.waitUntilReady()
+            try await eventually("the stream is polled") { (try await Self.devState(transmitter)["polls"]?.number ?? 0) > 0 }
+            let before = try await Self.devState(transmitter)["polls"]?.number ?? 0
+            try await Task.sleep(for: .seconds(4))
+            let polls = (try await Self.devState(transmitter)["polls"]?.number ?? 0) - before
+            #expect(polls >= 2 && polls <= 8, "\(polls) polls in 4 s")
+        }
+    }
 }

@@ -543,6 +543,17 @@ struct TransmitterTests {
         }
     }
 
+    @Test("A polled SET larger than a push may be is refused with invalid_request, and the others are taken")
+    func oversizedPolledSET() async throws {
+        try await Self.withStream("poll") { harness, _ in
+            let large = try await Self.push(
+                harness, ["type": "session-revoked", "event": ["padding": .string(String(repeating: "p", count: 50_000))]])
+            #expect(large.status == 400 && large.err == "invalid_request", "\(large)")
+            let subject: JSONValue = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": "after-large"]
+            #expect(try await Self.push(harness, ["type": "session-revoked", "sub_id": subject]).status == 202)
+        }
+    }
+
     @Test("A transmitter that changes its metadata's issuer after it was registered is not believed, even as Google")
     func issuerPinned() async throws {
         try await Self.withStream { harness, _ in
