@@ -480,7 +480,9 @@ extension DevSharedSignals {
                 group.addTask {
                     var tokens: [(Int, String, String)] = []
                     for index in stride(from: worker, to: count, by: workers) {
-                        let subject: JSONValue = ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string("load-user-\(first + index)")]
+                        let subject: JSONValue = [
+                            "format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string("load-user-\(first + index)"),
+                        ]
                         let claims = self.claims(stream, issuer: issuer, type: EventType.caepSessionRevoked.rawValue, event: [:], subject: subject)
                         tokens.append((index, claims["jti"]?.stringValue ?? "", try await self.sign(claims)))
                     }

@@ -35,7 +35,8 @@ public struct SharedStreamHealth: Sendable, Equatable {
         if let last = facts.lastVerifiedAt {
             let age = now.timeIntervalSince(last)
             if interval > 0, age > 2 * interval {
-                problems.append("no verification event has arrived for \(Int(age)) s (more than 2 intervals of \(DeliveryHealth.seconds(interval)) s)")
+                problems.append(
+                    "no verification event has arrived for \(Int(age)) s (more than 2 intervals of \(DeliveryHealth.seconds(interval)) s)")
             }
         } else if facts.hasStream {
             problems.append("no verification event has arrived yet")

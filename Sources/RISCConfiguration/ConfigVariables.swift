@@ -63,7 +63,8 @@ public enum ConfigVariables {
         "RISC_VAULT_KEY", default: .unset, secret: true,
         help: "AES-256 key that seals the vault's refresh tokens, the subscribers' secrets and the transmitters' credentials",
         rule: vaultKeyRule,
-        note: "required with `RISC_SERVICE_TOKEN`, `RISC_SUBSCRIBERS` or `RISC_TRANSMITTERS`, to add subscribers or transmitters, and by `vault rotate`"
+        note:
+            "required with `RISC_SERVICE_TOKEN`, `RISC_SUBSCRIBERS` or `RISC_TRANSMITTERS`, to add subscribers or transmitters, and by `vault rotate`"
     ) { VaultCipher.key(base64: $0) != nil }
 
     public static let vaultPreviousKeys = ConfigVariable<[String]>(

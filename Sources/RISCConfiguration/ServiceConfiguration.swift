@@ -82,7 +82,8 @@ public struct ServiceConfiguration: Sendable {
         }
         try worker.check()
         if transmitters != nil, vaultKey == nil {
-            throw Invalid(variable: ConfigVariables.vaultKey.name, problem: "is required with RISC_TRANSMITTERS: their credentials are sealed with it")
+            throw Invalid(
+                variable: ConfigVariables.vaultKey.name, problem: "is required with RISC_TRANSMITTERS: their credentials are sealed with it")
         }
         if verifyIntervalSeconds > 0, deliveryURL == nil {
             throw Invalid(variable: ConfigVariables.deliveryURL.name, problem: "is required when RISC_VERIFY_INTERVAL is set")

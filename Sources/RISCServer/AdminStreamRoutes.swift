@@ -45,7 +45,9 @@ struct AdminStreamRoutes<Context: RequestContext, Store: TransmitterStoring>: Se
             let wait = try Self.verifyWait(try await Self.optionalBody(request, context: context))
             let (state, waited) = try await self.stream(context) { try await $0.verify(wait: wait) }
             var answer: [String: JSONValue] = ["state": .string(state)]
-            if let waited { answer["arrived_after_ms"] = .number(Double(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000)) }
+            if let waited {
+                answer["arrived_after_ms"] = .number(Double(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000))
+            }
             return JSONResponse.make(status: .ok, json: .object(answer))
         }
         for (path, add) in [("add", true), ("remove", false)] {
@@ -102,7 +104,9 @@ struct AdminStreamRoutes<Context: RequestContext, Store: TransmitterStoring>: Se
     /// `{"subject": {"format": "email" | "iss_sub" | "opaque", ...}}`, as the transmitter's subject endpoints take it.
     static func subject(_ body: JSONValue) throws -> Subject {
         let invalid = AdminAPI.invalid(
-            InvalidParameter(name: "subject", problem: "must be an email, iss_sub or opaque subject, each identifier 1 to \(ClaimBounds.maxIdentifierBytes) bytes"))
+            InvalidParameter(
+                name: "subject", problem: "must be an email, iss_sub or opaque subject, each identifier 1 to \(ClaimBounds.maxIdentifierBytes) bytes")
+        )
         guard let json = body["subject"], let subject = Subject(json: json) else { throw invalid }
         let identifiers: [String]
         switch subject {

@@ -54,7 +54,8 @@ public struct StreamPoller: Service {
                     try await pollWhileConnected()
                 } catch {
                     if Task.isCancelled { return }
-                    logger.warning("The stream poller lost its database connection; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
+                    logger.warning(
+                        "The stream poller lost its database connection; will retry", metadata: ["error": "\(DatabaseErrors.describe(error))"])
                 }
                 try? await Task.sleep(for: settings.lookInterval)
             }
@@ -198,7 +199,8 @@ public struct StreamPoller: Service {
         let refused = outcomes.filter { $0.error != nil }.count
         let unsettled = answered.count - outcomes.count
         try await acks.recordPoll(
-            of: stream.name, outcome: "ok: \(answered.count) SETs, \(outcomes.count - refused) stored, \(refused) refused, \(unsettled) left for later")
+            of: stream.name,
+            outcome: "ok: \(answered.count) SETs, \(outcomes.count - refused) stored, \(refused) refused, \(unsettled) left for later")
         return (answered.count, unsettled)
     }
 

@@ -263,7 +263,9 @@ struct StreamsHealth: AsyncParsableCommand {
             print(health.jsonValue.serialized)
         } else {
             print(health.healthy ? "healthy" : "UNHEALTHY")
-            print(Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null))
+            print(
+                Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null)
+            )
             for problem in health.problems { print("problem: \(problem)") }
         }
         if !health.healthy { throw ExitCode(1) }

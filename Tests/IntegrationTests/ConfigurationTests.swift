@@ -80,7 +80,10 @@ struct ConfigurationTests {
                 "entry 1: actions: 'skip' is not one of revoke_sessions, delete_grants, delete_grant_by_prefix, delete_grant_by_hash, disable_sign_in, enable_sign_in, flag_for_review, require_credential_change"
             ),
             ("RISC_TRANSMITTERS", #"[{"name": "okta"}]"#, "entry 1: issuer is required"),
-            ("RISC_TRANSMITTERS", #"[{"name": "google", "issuer": "https://ssf.example", "bearer": "t"}]"#, "entry 1: name google is the built-in transmitter's name"),
+            (
+                "RISC_TRANSMITTERS", #"[{"name": "google", "issuer": "https://ssf.example", "bearer": "t"}]"#,
+                "entry 1: name google is the built-in transmitter's name"
+            ),
             (
                 "RISC_TRANSMITTERS",
                 #"[{"name": "a", "issuer": "https://a.example", "bearer": "t"}, {"name": "a", "issuer": "https://b.example", "bearer": "t"}]"#,

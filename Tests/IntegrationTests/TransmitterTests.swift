@@ -350,7 +350,8 @@ struct TransmitterTests {
 
                     try await eventually("four notifications arrive") { subscriber.accepted.withLock { $0.count } == 4 }
                     let bodies = Dictionary(
-                        subscriber.accepted.withLock { $0 }.map { ($0.json["event"]?["jti"]?.stringValue ?? "", $0.json) }) { first, _ in first }
+                        subscriber.accepted.withLock { $0 }.map { ($0.json["event"]?["jti"]?.stringValue ?? "", $0.json) }
+                    ) { first, _ in first }
                     let expected: [(jti: String, type: String, sub: JSONValue, count: Double, subject: JSONValue)] = [
                         (revoked.jti, "revoke_sessions", .string(sub), 1, email),
                         (unknown.jti, "require_credential_change", .null, 0, stranger),
@@ -403,7 +404,9 @@ struct TransmitterTests {
                         try await first.waitUntilReady()
                         try await eventually("the configured transmitter is registered") { try await listed()["from-config"] != nil }
                         let transmitters = try await listed()
-                        #expect(transmitters["from-config"]?["configured"] == true && transmitters["from-config"]?["auth_method"] == "client_secret_basic")
+                        #expect(
+                            transmitters["from-config"]?["configured"] == true && transmitters["from-config"]?["auth_method"] == "client_secret_basic"
+                        )
                         #expect(transmitters["by-hand"]?["configured"] == false && transmitters["by-hand"]?["auth_method"] == "client_secret_basic")
                         #expect(!first.log.contains(configured.sharedSignalsClientSecret), "no credential in the log")
                     }
@@ -430,7 +433,8 @@ struct TransmitterTests {
 
             let before = try await health(environment)
             #expect(before.status == 1 && problems(before.json) == ["no verification event has arrived yet"], "\(before.json)")
-            let store = TransmitterStore(client: harness.database, cipher: VaultCipher.from(key: Harness.vaultKey, previous: []), logger: Harness.logger)
+            let store = TransmitterStore(
+                client: harness.database, cipher: VaultCipher.from(key: Harness.vaultKey, previous: []), logger: Harness.logger)
             let prober = StreamHealthProber(
                 client: harness.database, store: store, interval: .seconds(2), publicURL: harness.receiverURL, logger: Harness.logger)
             try await whileRunning([prober]) {
@@ -445,7 +449,8 @@ struct TransmitterTests {
                 let moved = try await health(elsewhere)
                 if delivery == "push" { #expect(moved.status == 1 && moved.json["delivery_url_matches"] == false, "\(moved.json)") }
                 // Paused at the transmitter: the status it answers is recorded, and health names it.
-                let paused = try await runRiscReceiver(["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
+                let paused = try await runRiscReceiver(
+                    ["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
                 #expect(paused.status == 0, "\(paused.output)")
                 let report = try await health(environment)
                 #expect(report.status == 1, "\(report.json)")
@@ -509,7 +514,8 @@ struct TransmitterTests {
             for type in acted {
                 let sub = "every-\(UUID().uuidString)"
                 let pushed = try await Self.push(
-                    harness, ["type": .string(type.rawValue), "sub_id": ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(sub)]])
+                    harness,
+                    ["type": .string(type.rawValue), "sub_id": ["format": "iss_sub", "iss": "https://accounts.google.com", "sub": .string(sub)]])
                 #expect(pushed.status == 202, "\(type.shortName): \(pushed)")
                 try await eventually("\(type.shortName) is acted on") {
                     let kinds = try await harness.database.query(
@@ -521,9 +527,11 @@ struct TransmitterTests {
             // A subject removed from the stream: what the transmitter still sends about it is taken all the same.
             let sub = "removed-\(UUID().uuidString.lowercased())"
             let session = try await harness.newSession(sub: sub)
-            let removed = try await runRiscReceiver(["streams", "subjects", "remove", "dev-ssf", "--email", "\(sub)@example.com"], environment: environment)
+            let removed = try await runRiscReceiver(
+                ["streams", "subjects", "remove", "dev-ssf", "--email", "\(sub)@example.com"], environment: environment)
             #expect(removed.status == 0, "\(removed.output)")
-            let late = try await Self.push(harness, ["type": "session-revoked", "sub_id": ["format": "email", "email": .string("\(sub)@example.com")]])
+            let late = try await Self.push(
+                harness, ["type": "session-revoked", "sub_id": ["format": "email", "email": .string("\(sub)@example.com")]])
             #expect(late.status == 202)
             try await eventually("the removed subject's event is acted on") { try await harness.checkSession(session).status == 401 }
         }

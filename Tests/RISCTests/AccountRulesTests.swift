@@ -22,8 +22,14 @@ struct AccountRulesTests {
                 [.deleteGrant(identifier, clientIDs: ["app"])]
             ),
             (event(.accountDisabled), [.disableSignIn(user: .sub("42"), reason: nil)]),
-            (event(.accountDisabled, reason: "hijacking"), [.disableSignIn(user: .sub("42"), reason: "hijacking"), .revokeSessions(user: .sub("42"))]),
-            (event(.accountDisabled, reason: "bulk-account"), [.disableSignIn(user: .sub("42"), reason: "bulk-account"), .flagForReview(user: .sub("42"))]),
+            (
+                event(.accountDisabled, reason: "hijacking"),
+                [.disableSignIn(user: .sub("42"), reason: "hijacking"), .revokeSessions(user: .sub("42"))]
+            ),
+            (
+                event(.accountDisabled, reason: "bulk-account"),
+                [.disableSignIn(user: .sub("42"), reason: "bulk-account"), .flagForReview(user: .sub("42"))]
+            ),
             (event(.accountEnabled), [.enableSignIn(user: .sub("42"))]),
             (event(.accountCredentialChangeRequired), [.requireCredentialChange(user: .sub("42"))]),
             (event(.caepCredentialChange), [.requireCredentialChange(user: .sub("42"))]),
