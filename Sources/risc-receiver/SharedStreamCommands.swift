@@ -259,15 +259,6 @@ struct StreamsHealth: AsyncParsableCommand {
             let expected = record.delivery == .push ? publicURL.map { ManagedStream.pushEndpoint(publicURL: $0, name: name) } : nil
             return SharedStreamHealth(facts: facts, now: Date(), interval: interval, expectedEndpointURL: expected)
         }
-        if options.json {
-            print(health.jsonValue.serialized)
-        } else {
-            print(health.healthy ? "healthy" : "UNHEALTHY")
-            print(
-                Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null)
-            )
-            for problem in health.problems { print("problem: \(problem)") }
-        }
-        if !health.healthy { throw ExitCode(1) }
+        try StreamHealth.report(health.jsonValue, healthy: health.healthy, problems: health.problems, json: options.json)
     }
 }

@@ -243,15 +243,19 @@ struct StreamHealth: AsyncParsableCommand {
             throw Bootstrap.fail("could not reach the database named by DATABASE_URL")
         }
         let health = DeliveryHealth(facts: facts, now: Date(), interval: interval, deliveryURL: deliveryURL)
+        try Self.report(health.jsonValue, healthy: health.healthy, problems: health.problems, json: json)
+    }
+
+    /// A health report as `stream health` and `streams health` print it: the JSON object, or `healthy`/`UNHEALTHY`, its
+    /// fields and one line per problem; exit 1 when unhealthy.
+    static func report(_ report: JSONValue, healthy: Bool, problems: [String], json: Bool) throws {
         if json {
-            print(health.jsonValue.serialized)
+            print(report.serialized)
         } else {
-            print(health.healthy ? "healthy" : "UNHEALTHY")
-            print(
-                Table.lines(health.jsonValue.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null)
-            )
-            for problem in health.problems { print("problem: \(problem)") }
+            print(healthy ? "healthy" : "UNHEALTHY")
+            print(Table.lines(report.objectValue.map { JSONValue.object($0.filter { $0.key != "problems" && $0.key != "healthy" }) } ?? .null))
+            for problem in problems { print("problem: \(problem)") }
         }
-        if !health.healthy { throw ExitCode(1) }
+        if !healthy { throw ExitCode(1) }
     }
 }
