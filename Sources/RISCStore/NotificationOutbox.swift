@@ -91,6 +91,11 @@ public struct NotificationOutbox: BoundedStore {
             let rows = try await connection.query(
                 """
                 WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
+                -- A lease left over (a late record) would count attempts the replay starts afresh.
+                unleased AS (
+                    DELETE FROM risc_notification_leases l USING target
+                    WHERE l.notification_id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
+                ),
                 updated AS (
                     UPDATE risc_notifications n
                     SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
@@ -143,15 +148,16 @@ public struct NotificationOutbox: BoundedStore {
         try await bounded { connection in
             _ = try await connection.query(
                 """
-                UPDATE risc_notifications SET attempts = attempts - 1, next_attempt_at = now()
-                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
+                DELETE FROM risc_notification_leases
+                WHERE notification_id = \(delivery.id) AND attempt = \(Int32(delivery.attempt))
                 """, logger: logger)
         }
     }
 
     /// Takes up to `limit` due notifications of one subscriber, only the oldest pending one of each of its users, so a
-    /// user's notifications go out in order. Each is counted as an attempt and leased for `lease`: if the
-    /// dispatcher dies mid-delivery, it comes due again then. Other dispatchers skip what is taken (`SKIP LOCKED`).
+    /// user's notifications go out in order. Each is leased for `lease` (risc_notification_leases), its outbox row
+    /// left as it is: if the dispatcher dies mid-delivery, it comes due again then, as the next attempt. Two
+    /// dispatchers that reach for one row both insert its lease; the second waits for the first and takes nothing.
     public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
         try await bounded { connection in
             let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
@@ -185,43 +191,88 @@ public struct NotificationOutbox: BoundedStore {
     /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
     /// the pending-order index run per candidate. Before the table's first ANALYZE, PostgreSQL planned an anti-join
     /// here as a nested loop over every pending row, quadratic in the backlog.
+    /// A lease left by an attempt that never recorded its outcome (its dispatcher died) still counts that attempt.
     public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         return try """
         WITH due AS (
-            SELECT n.id FROM risc_notifications n
+            SELECT n.id, greatest(n.attempts, coalesce(l.attempt, 0)) + 1 AS attempt
+            FROM risc_notifications n LEFT JOIN risc_notification_leases l ON l.notification_id = n.id
             WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
+              AND (l.until IS NULL OR l.until <= now())
               AND n.id = (
                   SELECT head.id FROM risc_notifications head
                   WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
                   ORDER BY head.id LIMIT 1)
             ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
-            FOR UPDATE OF n SKIP LOCKED
+        ), leased AS (
+            INSERT INTO risc_notification_leases AS l (notification_id, attempt, until)
+            SELECT id, attempt, now() + make_interval(secs => \(leaseSeconds)) FROM due
+            ON CONFLICT (notification_id) DO UPDATE SET attempt = EXCLUDED.attempt, until = EXCLUDED.until WHERE l.until <= now()
+            RETURNING l.notification_id, l.attempt
         )
-        UPDATE risc_notifications n
-        SET attempts = n.attempts + 1, last_attempt_at = now(), next_attempt_at = now() + make_interval(secs => \(leaseSeconds))
-        FROM due, risc_subscribers s
-        WHERE n.id = due.id AND s.id = n.subscriber_id
-        RETURNING n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-                  n.attempts, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
-                  CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
-                  n.traceparent, n.event_issued_at, n.transmitter, n.subject::text
+        SELECT n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+               leased.attempt, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
+               CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
+               n.traceparent, n.event_issued_at, n.transmitter, n.subject::text
+        FROM leased JOIN risc_notifications n ON n.id = leased.notification_id JOIN risc_subscribers s ON s.id = n.subscriber_id
         """
     }
 
-    /// Answered 2xx: done. Several at once (the dispatcher records its deliveries in one statement). Each only if
-    /// its attempt still holds the row, as for a failure: a record that comes after the lease ran out, once
-    /// another dispatcher has taken the row again, changes nothing (that attempt decides, and a user's next
-    /// notification is not released while this one may still be sent). Returns how many were recorded.
-    public func markDelivered(_ deliveries: [(id: Int64, attempt: Int)]) async throws -> Int {
-        try await bounded { connection in
+    /// What became of one attempt, for `record`.
+    public enum Outcome: Sendable {
+        /// Answered 2xx.
+        case delivered
+        /// Due again after this many seconds.
+        case retry(after: Double, error: String)
+        /// Failed its last attempt.
+        case dead(error: String)
+    }
+
+    /// Records the outcomes of many attempts in one statement: each outbox row is written once, with its outcome and
+    /// its attempt counted, and its lease ends. Each only while its attempt still holds the lease: a record that
+    /// comes after the lease ran out, once another dispatcher has taken the row again, changes nothing (that attempt
+    /// decides, and a user's next notification is not released while this one may still be sent). Returns how many
+    /// were recorded.
+    @discardableResult
+    public func record(_ outcomes: [(id: Int64, attempt: Int, outcome: Outcome)]) async throws -> Int {
+        guard !outcomes.isEmpty else { return 0 }
+        let statuses = outcomes.map { item -> NotificationStatus in
+            switch item.outcome {
+            case .delivered: .delivered
+            case .retry: .pending
+            case .dead: .dead
+            }
+        }
+        // Empty for none: a delivered attempt clears the last error.
+        let errors = outcomes.map { item -> String? in
+            switch item.outcome {
+            case .delivered: nil
+            case .retry(_, let error), .dead(let error): error
+            }
+        }
+        let delays = outcomes.map { item -> Double in
+            if case .retry(let after, _) = item.outcome { return after }
+            return 0
+        }
+        return try await bounded { connection in
             var recorded = 0
             for try await count in try await connection.query(
                 """
-                WITH done AS (
-                    UPDATE risc_notifications n SET status = \(NotificationStatus.delivered), delivered_at = now(), last_error = NULL
-                    FROM unnest(\(deliveries.map(\.id)), \(deliveries.map { Int32($0.attempt) })) AS d(id, attempts)
-                    WHERE n.id = d.id AND n.attempts = d.attempts AND n.status = \(NotificationStatus.pending)
+                WITH d AS (
+                    SELECT * FROM unnest(\(outcomes.map(\.id)), \(outcomes.map { Int32($0.attempt) }), \(statuses.map(\.rawValue)),
+                                         \(errors.map { $0 ?? "" }), \(delays)) AS d(id, attempt, status, error, delay)
+                ), ended AS (
+                    DELETE FROM risc_notification_leases l USING d
+                    WHERE l.notification_id = d.id AND l.attempt = d.attempt
+                    RETURNING d.*
+                ), done AS (
+                    UPDATE risc_notifications n
+                    SET status = ended.status, attempts = ended.attempt, last_attempt_at = now(), last_error = NULLIF(ended.error, ''),
+                        delivered_at = CASE WHEN ended.status = \(NotificationStatus.delivered) THEN now() END,
+                        next_attempt_at = CASE WHEN ended.status = \(NotificationStatus.pending)
+                                               THEN now() + make_interval(secs => ended.delay) ELSE n.next_attempt_at END
+                    FROM ended WHERE n.id = ended.id AND n.status = \(NotificationStatus.pending)
                     RETURNING 1
                 )
                 SELECT count(*)::int8 FROM done
@@ -230,20 +281,6 @@ public struct NotificationOutbox: BoundedStore {
                 recorded = Int(count)
             }
             return recorded
-        }
-    }
-
-    /// A failed attempt: due again after `retryAfter` seconds, or dead when nil. Only if no other dispatcher has
-    /// taken the row since (its lease ran out): that one's attempt decides.
-    public func markFailed(_ delivery: Delivery, error: String, retryAfter: Double?) async throws {
-        try await bounded { connection in
-            _ = try await connection.query(
-                """
-                UPDATE risc_notifications
-                SET status = \(retryAfter == nil ? NotificationStatus.dead : NotificationStatus.pending), last_error = \(error),
-                    next_attempt_at = now() + make_interval(secs => \(retryAfter ?? 0))
-                WHERE id = \(delivery.id) AND status = \(NotificationStatus.pending) AND attempts = \(Int32(delivery.attempt))
-                """, logger: logger)
         }
     }
 }

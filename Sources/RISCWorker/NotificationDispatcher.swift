@@ -21,9 +21,10 @@ import Tracing
 /// attempts uncounted, reported in the log and a metric, until the key is configured or the secret rotated.
 /// On graceful shutdown it takes nothing new and lets the deliveries in flight finish; one cut short is sent again
 /// once its lease ends.
-/// Successful deliveries are recorded together, by the loop, just before it takes more: one UPDATE for many
-/// instead of one each. A user's next notification is taken only after that (its order holds); a dispatcher that
-/// dies before recording sends those again after their lease (at least once, with the same webhook-id).
+/// The outcomes of attempts are recorded together, by the loop, just before it takes more: one statement for many
+/// instead of one each, and each outbox row written once, with its outcome (a claim leases the row apart from it).
+/// A user's next notification is taken only after that (its order holds); a dispatcher that dies before recording
+/// sends those again after their lease (at least once, with the same webhook-id).
 public final class NotificationDispatcher: Service, Sendable {
     public struct Settings: Sendable {
         /// After the last attempt a notification is dead (RISC_NOTIFY_MAX_ATTEMPTS), and the delay between
@@ -59,8 +60,8 @@ public final class NotificationDispatcher: Service, Sendable {
     /// Deliveries in flight, by subscriber.
     private let inFlight = Mutex<[Int64: Int]>([:])
     private let connections = SubscriberConnections()
-    /// Delivered (id and attempt), not yet recorded.
-    private let delivered = Mutex<[(id: Int64, attempt: Int)]>([])
+    /// Attempts made, not yet recorded.
+    private let outcomes = Mutex<[(id: Int64, attempt: Int, outcome: NotificationOutbox.Outcome)]>([])
     private let waker = Mutex<AsyncStream<Void>.Continuation?>(nil)
     /// The ids of the subscribers to deliver to, and when they were read.
     private let subscriberList = Mutex<(ids: [Int64], readAt: ContinuousClock.Instant)?>(nil)
@@ -99,7 +100,7 @@ public final class NotificationDispatcher: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 await self.dispatch(wakeUps, group: &group)
             }
-            await self.recordDelivered()
+            await self.recordOutcomes()
         } onGracefulShutdown: {
             self.waker.withLock { $0?.finish() }
         }
@@ -149,7 +150,7 @@ public final class NotificationDispatcher: Service, Sendable {
     private func dispatch(_ wakeUps: AsyncStream<Void>, group: inout DiscardingTaskGroup) async {
         for await _ in wakeUps {
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
-                await recordDelivered()
+                await recordOutcomes()
                 var claimedAny = false
                 do {
                     let subscribers = try await subscriberIDs()
@@ -181,7 +182,7 @@ public final class NotificationDispatcher: Service, Sendable {
         // Shutting down: the deliveries in flight finish; each is recorded as it does, before its lease can end.
         while inFlight.withLock({ $0.values.reduce(0, +) }) > 0 && !Task.isCancelled {
             try? await Task.sleep(for: .milliseconds(100))
-            await recordDelivered()
+            await recordOutcomes()
         }
     }
 
@@ -219,23 +220,22 @@ public final class NotificationDispatcher: Service, Sendable {
         return ids
     }
 
-    /// Records the deliveries finished since the last call, in one statement. Kept for the next call if that fails
-    /// (a record is only taken while its attempt holds the row, so trying again is safe); unrecorded when the
+    /// Records the attempts finished since the last call, in one statement. Kept for the next call if that fails
+    /// (a record is only taken while its attempt holds the lease, so trying again is safe); unrecorded when the
     /// lease ends, they are sent again: at least once.
-    private func recordDelivered() async {
-        let deliveries = delivered.withLock { deliveries in
-            defer { deliveries.removeAll() }
-            return deliveries
+    private func recordOutcomes() async {
+        let finished = outcomes.withLock { outcomes in
+            defer { outcomes.removeAll() }
+            return outcomes
         }
-        guard !deliveries.isEmpty else { return }
+        guard !finished.isEmpty else { return }
         do {
-            let recorded = try await outbox.markDelivered(deliveries)
-            ServiceMetrics.notificationsDelivered(recorded, outcome: "delivered")
+            try await outbox.record(finished)
         } catch {
-            delivered.withLock { $0.insert(contentsOf: deliveries, at: 0) }
+            outcomes.withLock { $0.insert(contentsOf: finished, at: 0) }
             logger.warning(
                 "Could not record deliveries yet; will try again",
-                metadata: ["notifications": "\(deliveries.count)", "error": "\(DatabaseErrors.describe(error))"])
+                metadata: ["notifications": "\(finished.count)", "error": "\(DatabaseErrors.describe(error))"])
         }
     }
 
@@ -303,28 +303,25 @@ public final class NotificationDispatcher: Service, Sendable {
         ServiceMetrics.notificationDuration(ContinuousClock.now - started)
         span?.attributes["risc.delivery.outcome"] = failure == nil ? "delivered" : "failed"
         if failure != nil { span?.setStatus(.init(code: .error)) }
-        do {
-            guard let failure else {
-                delivered.withLock { $0.append((delivery.id, delivery.attempt)) }  // recorded by the loop, with others
-                logger.debug("Notification delivered", metadata: metadata)
-                return
-            }
+        // Recorded by the loop, with others.
+        let outcome: NotificationOutbox.Outcome
+        if let failure {
             switch settings.retryPolicy.decision(afterFailedAttempts: delivery.attempt, jitter: Double.random(in: 0...1)) {
             case .retry(let seconds):
-                try await outbox.markFailed(delivery, error: failure, retryAfter: seconds)
+                outcome = .retry(after: seconds, error: failure)
                 ServiceMetrics.notificationsDelivered(1, outcome: "retried")
                 logger.info("A notification was not delivered; it will be retried", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
             case .dead:
-                try await outbox.markFailed(delivery, error: failure, retryAfter: nil)
+                outcome = .dead(error: failure)
                 ServiceMetrics.notificationsDelivered(1, outcome: "dead")
                 logger.error("A notification failed its last attempt and is dead", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
             }
-        } catch {
-            // The row stays taken until its lease ends, then is sent again: at least once.
-            logger.warning(
-                "Could not record a delivery's outcome; it will be sent again",
-                metadata: metadata.merging(["error": "\(DatabaseErrors.describe(error))"]) { $1 })
+        } else {
+            outcome = .delivered
+            ServiceMetrics.notificationsDelivered(1, outcome: "delivered")
+            logger.debug("Notification delivered", metadata: metadata)
         }
+        outcomes.withLock { $0.append((delivery.id, delivery.attempt, outcome)) }
     }
 
     /// Gives a notification back untried: its subscriber's secret cannot be opened, which no retry would change. The

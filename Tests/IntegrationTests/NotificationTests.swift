@@ -325,16 +325,20 @@ struct NotificationTests {
             let store = NotificationOutbox(client: harness.database, logger: Harness.logger)
             let first = try #require(try await store.claim(subscriber: subscriber, limit: 10, lease: .seconds(15)).first)
             #expect(first.attempt == 1)
-            // Its lease runs out; another dispatcher takes it again.
-            try await harness.database.query("UPDATE risc_notifications SET next_attempt_at = now() WHERE id = \(first.id)")
+            #expect(try await store.claim(subscriber: subscriber, limit: 10, lease: .seconds(15)).isEmpty, "the lease holds it")
+            // Its lease runs out; another dispatcher takes it again, as the next attempt (the first never recorded one).
+            try await harness.database.query("UPDATE risc_notification_leases SET until = now() WHERE notification_id = \(first.id)")
             let second = try #require(try await store.claim(subscriber: subscriber, limit: 10, lease: .seconds(15)).first)
             #expect(second.id == first.id && second.attempt == 2)
             // The first attempt's 2xx, recorded late: nothing changes, the row stays with the second attempt.
-            #expect(try await store.markDelivered([(first.id, first.attempt)]) == 0)
+            #expect(try await store.record([(first.id, first.attempt, .delivered)]) == 0)
             #expect(try await harness.notifications(sub: sub).map(\.status) == ["pending"])
-            #expect(try await store.markDelivered([(second.id, second.attempt)]) == 1)
+            #expect(try await store.record([(second.id, second.attempt, .delivered)]) == 1)
             #expect(try await harness.notifications(sub: sub).map(\.status) == ["delivered"])
-            #expect(try await store.markDelivered([(second.id, second.attempt)]) == 0, "recorded once")
+            #expect(try await harness.notifications(sub: sub).map(\.attempts) == [2])
+            #expect(try await store.record([(second.id, second.attempt, .delivered)]) == 0, "recorded once")
+            let leases = try await harness.database.query("SELECT count(*)::int8 FROM risc_notification_leases WHERE notification_id = \(first.id)")
+            for try await count in leases.decode(Int64.self) { #expect(count == 0, "the lease ended with the record") }
         }
     }
 
