@@ -62,8 +62,10 @@ public final class EventInbox: Service, Sendable {
     }
 
     public struct Settings: Sendable {
-        /// Concurrent INSERTs; each holds one pooled connection while it commits.
-        public var flushers = 2
+        /// The most batches committing at once; each holds one pooled connection while it commits. How many of them
+        /// may commit at a time adapts to the database, from `initialFlushers` (`AdaptiveConcurrency`).
+        public var flushers = 8
+        public var initialFlushers = 2
         public var maxBatch = 1_000
         /// How long a batch may wait for the database before its callers get `unavailable`.
         public var commitTimeout: Duration = .seconds(5)
@@ -90,11 +92,17 @@ public final class EventInbox: Service, Sendable {
         var queue = Deque<Pending>()
         var idleFlushers: [CheckedContinuation<[Pending], Never>] = []
         var closed = false
+        /// Batches taken and not yet committed.
+        var committing = 0
+        var concurrency: AdaptiveConcurrency
+
+        var mayCommit: Bool { committing < concurrency.limit }
 
         mutating func takeBatch(max: Int) -> [Pending] {
             let count = Swift.min(max, queue.count)
             let batch = Array(queue.prefix(count))
             queue.removeFirst(count)
+            committing += 1
             return batch
         }
     }
@@ -102,13 +110,17 @@ public final class EventInbox: Service, Sendable {
     private let client: PostgresClient
     private let settings: Settings
     private let logger: Logger
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
     public init(client: PostgresClient, settings: Settings = Settings(), logger: Logger) {
         self.client = client
         self.settings = settings
         self.logger = logger
+        state = Mutex(State(concurrency: AdaptiveConcurrency(initial: settings.initialFlushers, range: 1...max(1, settings.flushers))))
     }
+
+    /// How many batches may commit at once now (tests, and the metrics).
+    public var flushersAllowed: Int { state.withLock { $0.concurrency.limit } }
 
     /// Stores one event durably; returns once it is committed (or was already there).
     public func store(_ event: InboundEvent) async throws -> Outcome {
@@ -121,7 +133,7 @@ public final class EventInbox: Service, Sendable {
             let next: Next = state.withLock { state in
                 guard !state.closed else { return .refuse }
                 state.queue.append(Pending(event: event, continuation: continuation, deadline: .now + settings.commitTimeout))
-                guard let idle = state.idleFlushers.popLast() else { return .wait }
+                guard state.mayCommit, let idle = state.idleFlushers.popLast() else { return .wait }
                 return .wake(idle, state.takeBatch(max: settings.maxBatch))
             }
             switch next {
@@ -147,23 +159,26 @@ public final class EventInbox: Service, Sendable {
 
     /// Stops taking new events; what is queued is still committed.
     public func close() {
-        let idle = state.withLock { state in
+        let woken = state.withLock { state in
             state.closed = true
-            guard state.queue.isEmpty else { return [CheckedContinuation<[Pending], Never>]() }
-            let idle = state.idleFlushers
-            state.idleFlushers.removeAll()
-            return idle
+            // Every parked flusher wakes: to what is queued (the limit no longer holds it back), or to an empty batch,
+            // and stops.
+            var woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = []
+            while let idle = state.idleFlushers.popLast() {
+                woken.append((idle, state.queue.isEmpty ? [] : state.takeBatch(max: settings.maxBatch)))
+            }
+            return woken
         }
-        // Flushers parked with nothing queued wake up to an empty batch and stop.
-        for flusher in idle { flusher.resume(returning: []) }
+        for (flusher, batch) in woken { flusher.resume(returning: batch) }
     }
 
     private func flushLoop() async {
         while true {
             let batch: [Pending] = await withCheckedContinuation { continuation in
                 let ready: [Pending]? = state.withLock { state in
-                    if !state.queue.isEmpty { return state.takeBatch(max: settings.maxBatch) }
-                    if state.closed { return [] }
+                    // Closed, a flusher takes what is queued whatever the limit: none is left waiting for a wake-up.
+                    if !state.queue.isEmpty && (state.mayCommit || state.closed) { return state.takeBatch(max: settings.maxBatch) }
+                    if state.closed && state.queue.isEmpty { return [] }
                     state.idleFlushers.append(continuation)
                     return nil
                 }
@@ -179,7 +194,24 @@ public final class EventInbox: Service, Sendable {
             }
             let live = batch.filter { $0.deadline > now }
             if !live.isEmpty { await commit(live) }
+            committed(batch.count)
         }
+    }
+
+    /// A batch is done: its flusher's slot is free, and the limit learns from the rate. Flushers parked by the limit
+    /// wake while it allows them and SETs wait.
+    private func committed(_ count: Int) {
+        let woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = state.withLock { state in
+            state.committing -= 1
+            _ = state.concurrency.batchCommitted(count: count, waiting: state.queue.count, now: .now)
+            var woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = []
+            // This flusher takes the next batch itself, so one slot is left for it.
+            while !state.queue.isEmpty, state.committing + 1 < state.concurrency.limit, let idle = state.idleFlushers.popLast() {
+                woken.append((idle, state.takeBatch(max: settings.maxBatch)))
+            }
+            return woken
+        }
+        for (flusher, batch) in woken { flusher.resume(returning: batch) }
     }
 
     private func commit(_ batch: [Pending]) async {
