@@ -137,6 +137,72 @@ struct ShadowModeTests {
         }
     }
 
+    /// Lone revocations are decided for the whole batch at once, the rest one by one: both must count what they end,
+    /// and end it only when enforcing.
+    @Test("A batch of many users' revocations, one user twice: each action counts and ends its own sessions, shadow or not")
+    func batchOfRevocations() async throws {
+        try await Harness.with { harness in
+            let lone = try await (0..<3).asyncMap { n in try await Self.userWithTwoSessions(harness, prefix: "lone-\(n)") }
+            let twice = try await Self.userWithTwoSessions(harness, prefix: "twice")
+            let nobody = "no-sessions-\(UUID().uuidString)"
+            let events = try await (lone + [twice, twice, nobody]).asyncMap { sub in (sub: sub, id: try await Self.doneEvent(harness, sub: sub)) }
+            let actions: JSONValue = .array(
+                events.map { event in
+                    [
+                        "event": .number(Double(event.id)), "position": 0, "kind": "revoke_sessions", "sub": .string(event.sub),
+                        "argument": .null, "client_ids": [],
+                    ]
+                })
+            @Sendable func apply(enforce: Bool) async throws -> [String] {
+                _ = try await harness.database.query(
+                    "SELECT count(*) FROM risc_apply_actions(\(actions.serialized)::jsonb, NULL, '{}', \(enforce))"
+                ).collect()
+                var recorded: [String] = []
+                for event in events {
+                    for try await (count, shadow) in try await harness.database.query(
+                        "SELECT rows_affected, shadow FROM risc_event_actions WHERE event_id = \(event.id) ORDER BY id DESC LIMIT 1"
+                    ).decode((Int32, Bool).self) {
+                        #expect(shadow == !enforce)
+                        recorded.append("\(event.sub.prefix(6)):\(count)")
+                    }
+                }
+                return recorded
+            }
+            @Sendable func live() async throws -> [Int64] {
+                var counts: [Int64] = []
+                for sub in lone + [twice, nobody] {
+                    counts.append(
+                        try #require(
+                            try await harness.database.query(
+                                "SELECT count(*)::int8 FROM risc_sessions WHERE sub = \(sub) AND revoked_at IS NULL"
+                            ).collect().first?.decode(Int64.self)))
+                }
+                return counts
+            }
+            let expected = ["lone-0:2", "lone-1:2", "lone-2:2", "twice-:2", "twice-:0", "no-ses:0"]
+            // A shadow action changed nothing, so the user's second revocation finds both sessions still live.
+            let shadow = try await apply(enforce: false)
+            #expect(shadow == ["lone-0:2", "lone-1:2", "lone-2:2", "twice-:2", "twice-:2", "no-ses:0"])
+            #expect(try await live() == [2, 2, 2, 2, 0], "shadow mode changed nothing")
+            let enforced = try await apply(enforce: true)
+            #expect(enforced == expected)
+            #expect(try await live() == [0, 0, 0, 0, 0])
+            for event in events.prefix(4) {
+                let revoked = try #require(
+                    try await harness.database.query(
+                        "SELECT count(*)::int8 FROM risc_sessions WHERE revoked_by_event = \(event.id)"
+                    ).collect().first?.decode(Int64.self))
+                #expect(revoked == 2, "each session names the event that ended it")
+            }
+            // Every user named, sessions or not, is refused the ID tokens issued up to its event's arrival.
+            let barred = try #require(
+                try await harness.database.query(
+                    "SELECT count(*)::int8 FROM risc_users WHERE sub = ANY (\(lone + [twice, nobody])) AND sessions_revoked_before IS NOT NULL"
+                ).collect().first?.decode(Int64.self))
+            #expect(barred == 5)
+        }
+    }
+
     /// A new user with two live sessions; its sub.
     static func userWithTwoSessions(_ harness: Harness, prefix: String) async throws -> String {
         let sub = "\(prefix)-\(UUID().uuidString)"

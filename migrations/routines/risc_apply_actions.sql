@@ -45,7 +45,6 @@ DECLARE
     affected    integer;
     detail      text;
     cutoff      timestamptz;
-    locked_sub  text;
     -- The rows an action decided on: the sessions it ends, the grants it erases, the user's row (none if absent).
     sessions    bigint[];
     erased      uuid[];
@@ -65,9 +64,20 @@ DECLARE
     out_details text[] := '{}';
     out_counts  integer[] := '{}';
     out_skipped boolean[] := '{}';
+    -- The batch's lone revocations: the 1-based places in `actions`, and per place its event, position, sub, detail
+    -- and cutoff; the sessions they end.
+    solo_places     bigint[];
+    solo_events     bigint[];
+    solo_positions  integer[];
+    solo_subs       text[];
+    solo_details    text[];
+    solo_cutoffs    timestamptz[];
+    solo_sessions   bigint[];
+    solo_counts     integer[];
 BEGIN
-    FOR locked_sub IN
-        SELECT l.sub FROM (SELECT DISTINCT hashtext(u.sub) AS lock_key, u.sub COLLATE "C" AS sub FROM (
+    -- One statement takes every lock, in the order of the sort: the function is volatile, so it runs on the rows as
+    -- sorted.
+    PERFORM risc_lock_user(l.sub) FROM (SELECT DISTINCT hashtext(u.sub) AS lock_key, u.sub COLLATE "C" AS sub FROM (
             SELECT x.sub FROM jsonb_to_recordset(actions) AS x(sub text) WHERE x.sub IS NOT NULL
             UNION ALL
             SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
@@ -78,17 +88,58 @@ BEGIN
               JOIN risc_grants g ON g.token_hash = x.argument
              WHERE x.kind = 'delete_grant_by_hash' AND g.client_id IN (SELECT jsonb_array_elements_text(x.client_ids))
         ) AS u) AS l
-        ORDER BY l.lock_key, l.sub
-    LOOP
-        PERFORM risc_lock_user(locked_sub);
-    END LOOP;
+        ORDER BY l.lock_key, l.sub;
+    -- The most common batch is many users' sessions-revoked, one each. A revocation that is its user's only action in
+    -- the batch, of an event not replayed from shadow mode, is decided and applied here with the others like it, by a
+    -- handful of statements for the whole batch rather than several per action; what it decides is what the loop
+    -- below would (no other action of the batch can touch its user's rows, so neither the order nor staleness, which
+    -- takes an account-state change of the same event and user, come into it). Every other action goes through the
+    -- loop.
+    SELECT array_agg(x.n ORDER BY x.sub COLLATE "C", e.id, x.n), array_agg(e.id ORDER BY x.sub COLLATE "C", e.id, x.n),
+           array_agg(x.position ORDER BY x.sub COLLATE "C", e.id, x.n), array_agg(x.sub ORDER BY x.sub COLLATE "C", e.id, x.n),
+           array_agg(NULLIF(x.argument, '') ORDER BY x.sub COLLATE "C", e.id, x.n),
+           array_agg(e.received_at ORDER BY x.sub COLLATE "C", e.id, x.n)
+      INTO solo_places, solo_events, solo_positions, solo_subs, solo_details, solo_cutoffs
+      FROM (SELECT y.*, count(*) OVER (PARTITION BY y.sub) AS actions_of_user
+              FROM ROWS FROM (jsonb_to_recordset(actions) AS (event bigint, position integer, kind text, sub text, argument text))
+                   WITH ORDINALITY AS y(event, position, kind, sub, argument, n)) AS x
+      JOIN risc_events e ON e.id = CASE WHEN event_ids IS NULL THEN x.event ELSE event_ids[x.event::int] END
+     WHERE x.kind = 'revoke_sessions' AND x.sub IS NOT NULL AND x.actions_of_user = 1 AND NOT (coalesce(as_replay, enforce) AND e.shadow);
+    IF solo_places IS NOT NULL THEN
+        solo_sessions := ARRAY(SELECT s.id FROM risc_sessions s
+                                 JOIN unnest(solo_subs, solo_cutoffs) AS r(sub, cutoff) ON s.sub = r.sub
+                                WHERE s.revoked_at IS NULL AND s.created_at <= r.cutoff
+                                ORDER BY s.id FOR NO KEY UPDATE OF s);
+        SELECT array_agg(coalesce(c.n, 0) ORDER BY r.place) INTO solo_counts
+          FROM unnest(solo_subs) WITH ORDINALITY AS r(sub, place)
+          LEFT JOIN (SELECT s.sub, count(*)::int AS n FROM risc_sessions s WHERE s.id = ANY (solo_sessions) GROUP BY s.sub) AS c
+                 ON c.sub = r.sub;
+        IF enforce THEN
+            IF cardinality(solo_sessions) > 0 THEN
+                UPDATE risc_sessions s SET revoked_at = now(), revoked_by_event = r.event
+                  FROM unnest(solo_subs, solo_events) AS r(sub, event)
+                 WHERE s.id = ANY (solo_sessions) AND s.sub = r.sub;
+            END IF;
+            INSERT INTO risc_users AS u (sub, sessions_revoked_before)
+            SELECT r.sub, r.cutoff FROM unnest(solo_subs, solo_cutoffs) AS r(sub, cutoff)
+            ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
+             WHERE u.sessions_revoked_before IS NULL OR u.sessions_revoked_before < EXCLUDED.sessions_revoked_before;
+        END IF;
+        out_events := solo_events;
+        out_places := solo_positions;
+        out_kinds := array_fill('revoke_sessions'::text, ARRAY[cardinality(solo_places)]);
+        out_subs := solo_subs;
+        out_details := solo_details;
+        out_counts := solo_counts;
+        out_skipped := array_fill(false, ARRAY[cardinality(solo_places)]);
+    END IF;
     FOR a IN
         SELECT CASE WHEN event_ids IS NULL THEN x.event ELSE event_ids[x.event::int] END AS event, x.position, x.kind, x.sub,
                x.argument, x.client_ids
           FROM ROWS FROM (jsonb_to_recordset(actions)
                           AS (event bigint, position integer, kind text, sub text, argument text, client_ids jsonb))
                WITH ORDINALITY AS x(event, position, kind, sub, argument, client_ids, n)
-         WHERE event_ids IS NULL OR event_ids[x.event::int] IS NOT NULL
+         WHERE (event_ids IS NULL OR event_ids[x.event::int] IS NOT NULL) AND NOT (x.n = ANY (coalesce(solo_places, '{}')))
          ORDER BY coalesce(x.sub, '') COLLATE "C", 1, x.n
     LOOP
         IF event_id IS DISTINCT FROM a.event THEN
