@@ -202,8 +202,9 @@ public final class EventInbox: Service, Sendable {
     /// wake while it allows them and SETs wait.
     private func committed(_ count: Int) {
         let woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = state.withLock { state in
+            let limitBound = !state.queue.isEmpty || state.committing >= state.concurrency.limit
             state.committing -= 1
-            _ = state.concurrency.batchCommitted(count: count, waiting: state.queue.count, now: .now)
+            _ = state.concurrency.batchCommitted(count: count, limitBound: limitBound, now: .now)
             var woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = []
             // This flusher takes the next batch itself, so one slot is left for it.
             while !state.queue.isEmpty, state.committing + 1 < state.concurrency.limit, let idle = state.idleFlushers.popLast() {

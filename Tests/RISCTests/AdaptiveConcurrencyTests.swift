@@ -6,17 +6,17 @@ struct AdaptiveConcurrencyTests {
     /// Runs `windows` measurement windows against a database whose rate is `rate(limit)`, each window's SETs in ten
     /// batches; returns the limit after each window.
     static func climb(
-        from initial: Int, range: ClosedRange<Int>, windows: Int, waiting: Int = 5, rate: (Int) -> Double
+        from initial: Int, range: ClosedRange<Int>, windows: Int, bound: Bool = true, rate: (Int) -> Double
     ) -> [Int] {
         var concurrency = AdaptiveConcurrency(initial: initial, range: range, window: .milliseconds(500))
         var now = ContinuousClock.now
-        _ = concurrency.batchCommitted(count: 0, waiting: waiting, now: now)
+        _ = concurrency.batchCommitted(count: 0, limitBound: bound, now: now)
         var limits: [Int] = []
         for _ in 0..<windows {
             let perBatch = Int(rate(concurrency.limit) / 2 / 10)
             for _ in 0..<10 {
                 now += .milliseconds(50)
-                _ = concurrency.batchCommitted(count: perBatch, waiting: waiting, now: now)
+                _ = concurrency.batchCommitted(count: perBatch, limitBound: bound, now: now)
             }
             limits.append(concurrency.limit)
         }
@@ -42,7 +42,7 @@ struct AdaptiveConcurrencyTests {
 
     @Test("While the flushers keep up, the load decides the rate, and the limit stays where it is")
     func holdsWhileNotSaturated() {
-        let limits = Self.climb(from: 2, range: 1...8, windows: 10, waiting: 0) { limit in 1_000 * Double(limit) }
+        let limits = Self.climb(from: 2, range: 1...8, windows: 10, bound: false) { limit in 1_000 * Double(limit) }
         #expect(limits == Array(repeating: 2, count: 10))
     }
 
