@@ -36,8 +36,12 @@ public final class NotificationDispatcher: Service, Sendable {
         /// How long the body after a status line is read (and dropped, so the connection can be reused). The status
         /// line has decided by then: a slow body is cut off, never a failure.
         public var replyBodyTimeout: Duration = .seconds(2)
-        /// Deliveries in flight per subscriber.
-        public var concurrency = 8
+        /// Deliveries in flight per subscriber. Enough to keep up with ingest at full speed while the dispatcher's loop
+        /// waits for the database: it records and claims for a handful at a time, and each round trip takes
+        /// milliseconds on a busy database. They share `connectionsPerSubscriber` connections.
+        public var concurrency = 64
+        /// HTTP connections per subscriber: a delivery beyond them waits for one (within its timeout).
+        public var connectionsPerSubscriber = 32
         /// Resolves a subscriber's host name to its addresses (the system's resolver; tests give their own).
         public var resolve: @Sendable (String) async throws -> [IPAddress] = SubscriberAddresses.systemResolve
         public var pollInterval: Duration = .seconds(1)
@@ -82,6 +86,7 @@ public final class NotificationDispatcher: Service, Sendable {
         // The delivery's span is ours (AsyncHTTPClient's would record the URL, which may hold a credential).
         configuration.tracing.tracer = nil
         configuration.timeout = .init(connect: .seconds(Int64(settings.timeout.components.seconds)))
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: settings.connectionsPerSubscriber)
         if let configured = settings.configuredSubscribers {
             await syncConfiguredSubscribers(configured)
         }
@@ -159,7 +164,7 @@ public final class NotificationDispatcher: Service, Sendable {
                         let free = settings.concurrency - busy
                         // Taken in handfuls, not one at a time as each delivery ends: a claim, and the record of
                         // what was delivered, each cost a transaction, so they serve several notifications at once.
-                        guard free > 0, busy == 0 || free >= (settings.concurrency + 1) / 2 else { continue }
+                        guard free > 0, busy == 0 || free >= (settings.concurrency + 3) / 4 else { continue }
                         let claimed = try await outbox.claim(subscriber: subscriber, limit: free, lease: settings.lease)
                         guard !claimed.isEmpty else { continue }
                         claimedAny = true
