@@ -155,16 +155,25 @@ public final class NotificationDispatcher: Service, Sendable {
     private func dispatch(_ wakeUps: AsyncStream<Void>, group: inout DiscardingTaskGroup) async {
         for await _ in wakeUps {
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
-                await recordOutcomes()
                 var claimedAny = false
                 do {
                     let subscribers = try await subscriberIDs()
-                    for subscriber in subscribers {
+                    // Taken in handfuls, not one at a time as each delivery ends: a claim, and the record of what
+                    // became of the attempts, each cost a transaction (a commit), so they serve several
+                    // notifications at once. The outcomes are recorded just before a claim (a user's next
+                    // notification is taken only after), or once a handful are waiting, or when nothing is in flight.
+                    let claimable = subscribers.filter { subscriber in
                         let busy = inFlight.withLock { $0[subscriber] ?? 0 }
                         let free = settings.concurrency - busy
-                        // Taken in handfuls, not one at a time as each delivery ends: a claim, and the record of
-                        // what was delivered, each cost a transaction, so they serve several notifications at once.
-                        guard free > 0, busy == 0 || free >= (settings.concurrency + 3) / 4 else { continue }
+                        return free > 0 && (busy == 0 || free >= (settings.concurrency + 3) / 4)
+                    }
+                    let finished = outcomes.withLock { $0.count }
+                    if !claimable.isEmpty || finished >= (settings.concurrency + 3) / 4 || inFlight.withLock({ $0.values.reduce(0, +) }) == 0 {
+                        await recordOutcomes()
+                    }
+                    for subscriber in claimable {
+                        let busy = inFlight.withLock { $0[subscriber] ?? 0 }
+                        let free = settings.concurrency - busy
                         let claimed = try await outbox.claim(subscriber: subscriber, limit: free, lease: settings.lease)
                         guard !claimed.isEmpty else { continue }
                         claimedAny = true
