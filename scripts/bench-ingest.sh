@@ -15,9 +15,11 @@
 #   4. the default `serve` with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT), exporting to a local collector stand-in
 #      (scripts/otlp-receiver.py, with opentelemetry-proto from .build-venv): saturation and CPU per SET against the
 #      default run above, where tracing is off;
-#   5. the split deployment: `serve --no-worker` plus one `worker` process, saturation only, against the default.
+#   5. ingest only: `serve --no-worker` alone, saturation, and PostgreSQL's CPU per SET against the default's (what
+#      applying the actions adds); then one `worker` process drains what it stored.
 #   scripts/bench-ingest.sh [CONNECTIONS=64] [SECONDS=10] [BURST_USERS=200]
-# RISC_BENCH_PERF=FILE records a system-wide CPU profile of the default saturation run.
+# RISC_BENCH_PERF=FILE records a system-wide CPU profile of the default saturation run, or of the one named by
+# RISC_BENCH_PERF_RUN (default, notify, traced or ingest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,20 +33,32 @@ max_rate=${RISC_BENCH_MAX_RATE:-16000}
 . scripts/lib/bench.sh
 # Samples the backlog every 0.5 s into FILE until stopped (each sample is a psql backend of its own).
 sample_backlog() { while true; do waiting >>"$1" 2>/dev/null || true; sleep 0.5; done; }
+# The CPU seconds of this shell's children that have exited and been waited for: wrk, once run_wrk has returned.
+exited_children_cpu() {
+  python3 -c "import os; f = open('/proc/$$/stat').read().rsplit(')', 1)[1].split(); print((int(f[13]) + int(f[14])) / os.sysconf('SC_CLK_TCK'))"
+}
 # saturate LABEL TOKENS PIDS...: one saturation run; sets result, stored_rows, server_cpu_us, pg_cpu_us,
-# max_backlog, drain_s, accepted_202s.
+# max_backlog, drain_s, accepted_202s, and cores_in_use (server, PostgreSQL and wrk, while wrk ran).
+# With NO_DRAIN=1 (nothing works on the events), it does not wait for the backlog.
 saturate() {
   local label=$1 tokens=$2; shift 2
-  local rows0 accepted0 server0 pg0 sampler start
+  local rows0 accepted0 server0 pg0 sampler start wrk0 wall0 wall
   rows0=$(stored); accepted0=$(accepted_by_server); server0=$(cpu "$@"); pg0=$(cpu "+$postmaster")
   : >"$work/backlog-$label"
   sample_backlog "$work/backlog-$label" & sampler=$!
-  if [ -n "${RISC_BENCH_PERF:-}" ] && [ "$label" = default ]; then
+  if [ -n "${RISC_BENCH_PERF:-}" ] && [ "$label" = "${RISC_BENCH_PERF_RUN:-default}" ]; then
     perf record -e cpu-clock -F 499 -g -a -o "$RISC_BENCH_PERF" -- sleep "$seconds" 2>/dev/null &
   fi
+  wrk0=$(exited_children_cpu); wall0=$(date +%s.%N)
   result=$(run_wrk "$tokens" 0)
+  wrk_end=$(date +%s.%N)
+  wall=$(python3 -c "print($(date +%s.%N) - $wall0)")
+  cores_server=$(python3 -c "print(f'{($(cpu "$@") - $server0) / $wall:.2f}')")
+  cores_pg=$(python3 -c "print(f'{($(cpu "+$postmaster") - $pg0) / $wall:.2f}')")
+  cores_wrk=$(python3 -c "print(f'{($(exited_children_cpu) - $wrk0) / $wall:.2f}')")
+  cores_in_use=$(python3 -c "print(f'{$cores_server + $cores_pg + $cores_wrk:.2f}')")
   start=$(date +%s.%N)
-  while [ "$(waiting)" != 0 ]; do sleep 0.05; done
+  [ "${NO_DRAIN:-0}" = 1 ] || while [ "$(waiting)" != 0 ]; do sleep 0.05; done
   drain_s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
   kill "$sampler"; wait "$sampler" 2>/dev/null || true
   stored_rows=$(( $(stored) - rows0 ))
@@ -77,6 +91,7 @@ healthz_us=$(python3 -c "print(round(($(cpu "$serve_pid") - $healthz0) * 1e6 / $
 saturate default "$work/saturation-tokens" "$serve_pid"
 default_result=$result default_rows=$stored_rows default_server_us=$server_cpu_us default_pg_us=$pg_cpu_us
 default_backlog=$max_backlog default_drain=$drain_s default_202s=$accepted_202s
+default_cores="$cores_in_use of $(nproc) cores: server $cores_server, PostgreSQL $cores_pg, wrk $cores_wrk"
 default_rss_mib=$(awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$serve_pid/status")
 sat_rate=$(field rate "$default_result")
 
@@ -115,9 +130,8 @@ start_serve
 warm_up
 saturate notify "$work/saturation-tokens" "$serve_pid"
 notify_result=$result notify_rows=$stored_rows notify_server_us=$server_cpu_us notify_pg_us=$pg_cpu_us notify_202s=$accepted_202s
-start=$(date +%s.%N)
 while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.1; done
-notify_drain=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+notify_drain=$(python3 -c "print(f'{$(date +%s.%N) - $wrk_end:.2f}')")
 notified=$(psql -c "SELECT count(*) FILTER (WHERE status = 'delivered') || ' delivered, ' || count(*) FILTER (WHERE status = 'dead') || ' dead, of ' || count(*) FROM risc_notifications")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
@@ -142,18 +156,22 @@ else
   traced="skipped: $collector_python cannot import opentelemetry.proto (scripts/test.sh installs it in .build-venv)"
 fi
 
-# 5. The split deployment.
-fresh_database risc_split
+# 5. Ingest only: `serve --no-worker`, with no worker until the run is over; then one worker drains the backlog.
+fresh_database risc_ingest_only
 start_serve --no-worker
+warm_up
+NO_DRAIN=1 saturate ingest "$work/saturation-tokens" "$serve_pid"
+ingest_result=$result ingest_rows=$stored_rows ingest_server_us=$server_cpu_us ingest_pg_us=$pg_cpu_us ingest_202s=$accepted_202s
+ingest_cores="$cores_in_use of $(nproc) cores: server $cores_server, PostgreSQL $cores_pg, wrk $cores_wrk"
+backlog=$(waiting)
+start=$(date +%s.%N)
 "$bin" worker 2>>"$work/worker.log" &
 worker_pid=$!
 pids+=($worker_pid)
-warm_up
-receiver0=$(cpu "$serve_pid")
-saturate split "$work/saturation-tokens" "$serve_pid" "$worker_pid"
-split_receiver_us=$(python3 -c "print(round(($(cpu "$serve_pid") - $receiver0) * 1e6 / $stored_rows))")
+while [ "$(waiting)" != 0 ]; do sleep 0.1; done
+worker_drain=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
 
-[ "$default_rows" = "$default_202s" ] && [ "$notify_rows" = "$notify_202s" ] && [ "$stored_rows" = "$accepted_202s" ] || rows_mismatch=1
+[ "$default_rows" = "$default_202s" ] && [ "$notify_rows" = "$notify_202s" ] && [ "$ingest_rows" = "$ingest_202s" ] || rows_mismatch=1
 cat <<TXT
 Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections, ${seconds}s per run; fsync on)
   ceiling:          pgbench $pgbench_tps single-row insert transactions/s ($connections clients); PostgreSQL CPU $pgbench_pg_us us per insert and commit
@@ -161,7 +179,8 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
     saturation:     $sat_rate SETs/s, ratio $(ratio "$sat_rate" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$default_result") ms, p99 $(field p99_ms "$default_result") ms; non-202: $(field not_202 "$default_result"), socket errors: $(field socket_errors "$default_result"), token reuse: $(field token_reuse "$default_result")
                     rows stored $default_rows, server-counted 202s $default_202s ($(check_rows "$default_rows" "$default_202s")); wrk saw $(field requests "$default_result") answers
                     CPU per SET: server $default_server_us us (receiver and worker), PostgreSQL $default_pg_us us (ingest and actions); ratio $(ratio "$default_pg_us" "$pgbench_pg_us") x pgbench's per insert
-                    floor: GET /healthz $(field rate "$healthz") req/s, server CPU $healthz_us us per request; a SET costs the server $((default_server_us - healthz_us)) us more
+                    floor: GET /healthz $(field rate "$healthz") req/s, server CPU $healthz_us us per request; a SET costs the server $(ratio "$default_server_us" "$healthz_us") x that
+                    CPU in use while wrk ran: $default_cores
                     largest backlog ${default_backlog:-0} events; drained ${default_drain} s after the run; peak RSS ${default_rss_mib} MiB
     half rate:      offered $half_rate/s (open loop), achieved $(field rate "$latency")/s; p50 $(field p50_ms "$latency") ms, p99 $(field p99_ms "$latency") ms, max $(field max_ms "$latency") ms; non-202: $(field not_202 "$latency")
     burst revoke:   202 -> first 401 over $(field users "$revoke") users at $(python3 -c "print(round($burst_users / $seconds))")/s, beside wrk at $(field rate "$burst") SETs/s (non-202: $(field not_202 "$burst")):
@@ -170,13 +189,13 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
     saturation:     $(field rate "$notify_result") SETs/s, ratio $(ratio "$(field rate "$notify_result")" "$sat_rate") x the default serve without a subscriber; p50 $(field p50_ms "$notify_result") ms, p99 $(field p99_ms "$notify_result") ms; non-202: $(field not_202 "$notify_result")
                     rows stored $notify_rows, server-counted 202s $notify_202s ($(check_rows "$notify_rows" "$notify_202s"))
                     CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
-                    notifications: $notified; all delivered ${notify_drain} s after the run
+                    notifications: $notified; the last delivered ${notify_drain} s after the last 202
   default serve with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT to a local collector stand-in; the other OTEL_* variables at their defaults):
     saturation:     $traced
-  split (serve --no-worker + worker):
-    saturation:     $(field rate "$result") SETs/s, ratio $(ratio "$(field rate "$result")" "$pgbench_tps") x the ceiling, $(ratio "$sat_rate" "$(field rate "$result")") x the default over the split; p50 $(field p50_ms "$result") ms, p99 $(field p99_ms "$result") ms; non-202: $(field not_202 "$result"), token reuse: $(field token_reuse "$result")
-                    rows stored $stored_rows, server-counted 202s $accepted_202s ($(check_rows "$stored_rows" "$accepted_202s"))
-                    CPU per SET: receiver $split_receiver_us us, receiver and worker $server_cpu_us us, PostgreSQL $pg_cpu_us us
-                    largest backlog ${max_backlog:-0} events; drained ${drain_s} s after the run
+  ingest only (serve --no-worker, no worker running):
+    saturation:     $(field rate "$ingest_result") SETs/s, ratio $(ratio "$(field rate "$ingest_result")" "$pgbench_tps") x the ceiling; p50 $(field p50_ms "$ingest_result") ms, p99 $(field p99_ms "$ingest_result") ms; non-202: $(field not_202 "$ingest_result"), token reuse: $(field token_reuse "$ingest_result")
+                    rows stored $ingest_rows, server-counted 202s $ingest_202s ($(check_rows "$ingest_rows" "$ingest_202s")); CPU in use $ingest_cores
+                    CPU per SET: server $ingest_server_us us, PostgreSQL $ingest_pg_us us; applying the actions (the default serve) adds $(python3 -c "print(round(($default_pg_us / $ingest_pg_us - 1) * 100))")% to PostgreSQL's CPU per SET
+    then a worker:  drained the $backlog events stored in ${worker_drain} s ($(python3 -c "print(round($backlog / max($worker_drain, 0.01)))") events/s)
 TXT
 [ "$rows_mismatch" = 0 ]
