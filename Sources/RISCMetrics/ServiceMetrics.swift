@@ -41,6 +41,11 @@ public enum ServiceMetrics {
         Gauge(label: "risc_worker_queue_depth").record(count)
     }
 
+    /// How many of the inbox's batches may commit at once, as it adapts.
+    public static func inboxBatchesAllowed(_ count: Int) {
+        Gauge(label: "risc_inbox_batches_allowed").record(count)
+    }
+
     /// A discovery document + JWKS fetch for `issuer` (`risc` or `openid`): `success` or `failure`.
     public static func keysFetched(issuer: String, outcome: String) {
         Counter(label: "risc_jwks_fetches_total", dimensions: [("issuer", issuer), ("outcome", outcome)]).increment()

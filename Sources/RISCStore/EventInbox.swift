@@ -145,6 +145,7 @@ public final class EventInbox: Service, Sendable {
     }
 
     public func run() async throws {
+        ServiceMetrics.inboxBatchesAllowed(flushersAllowed)
         // Cancellation (a sibling service failed) must stop the flushers as surely as a graceful shutdown.
         await withTaskCancellationOrGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
@@ -201,17 +202,18 @@ public final class EventInbox: Service, Sendable {
     /// A batch is done: its flusher's slot is free, and the limit learns from the rate. Flushers parked by the limit
     /// wake while it allows them and SETs wait.
     private func committed(_ count: Int) {
-        let woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = state.withLock { state in
+        let (woken, changed): ([(CheckedContinuation<[Pending], Never>, [Pending])], Int?) = state.withLock { state in
             let limitBound = !state.queue.isEmpty || state.committing >= state.concurrency.limit
             state.committing -= 1
-            _ = state.concurrency.batchCommitted(count: count, limitBound: limitBound, now: .now)
+            let changed = state.concurrency.batchCommitted(count: count, limitBound: limitBound, now: .now)
             var woken: [(CheckedContinuation<[Pending], Never>, [Pending])] = []
             // This flusher takes the next batch itself, so one slot is left for it.
             while !state.queue.isEmpty, state.committing + 1 < state.concurrency.limit, let idle = state.idleFlushers.popLast() {
                 woken.append((idle, state.takeBatch(max: settings.maxBatch)))
             }
-            return woken
+            return (woken, changed ? state.concurrency.limit : nil)
         }
+        if let changed { ServiceMetrics.inboxBatchesAllowed(changed) }
         for (flusher, batch) in woken { flusher.resume(returning: batch) }
     }
 

@@ -101,6 +101,7 @@ struct OperationsTests {
             }
             #expect(values[#"risc_jwks_fetches_total{issuer="risc",outcome="success"}"#] ?? 0 >= 1)
             #expect(values.keys.contains { $0.hasPrefix("risc_ingest_duration_seconds_bucket") })
+            #expect((1...8).contains(values["risc_inbox_batches_allowed"] ?? 0), "the inbox's limit is reported")
             #expect(!values.keys.contains { $0.hasPrefix("risc_worker_events_total") }, "applied on receipt, not by a worker")
 
             // A worker applies an event left waiting (as a batch that fell back would be): a copy of the SET, after
