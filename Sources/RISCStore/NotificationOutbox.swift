@@ -191,6 +191,9 @@ public struct NotificationOutbox: BoundedStore {
     /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
     /// the pending-order index run per candidate. Before the table's first ANALYZE, PostgreSQL planned an anti-join
     /// here as a nested loop over every pending row, quadratic in the backlog.
+    /// That test is written `id <= (oldest)`, not `id = (oldest)` (the same, as no pending row of the user is older):
+    /// PostgreSQL takes an equality with a subquery to keep one row in thousands, and then reads every pending row and
+    /// sorts them rather than walk the index, so each claim cost as much as the whole backlog (87 ms at 14,000).
     /// A lease left by an attempt that never recorded its outcome (its dispatcher died) still counts that attempt.
     public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
@@ -200,7 +203,7 @@ public struct NotificationOutbox: BoundedStore {
             FROM risc_notifications n LEFT JOIN risc_notification_leases l ON l.notification_id = n.id
             WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
               AND (l.until IS NULL OR l.until <= now())
-              AND n.id = (
+              AND n.id <= (
                   SELECT head.id FROM risc_notifications head
                   WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
                   ORDER BY head.id LIMIT 1)
