@@ -160,32 +160,45 @@ public struct NotificationOutbox: BoundedStore {
     /// dispatchers that reach for one row both insert its lease; the second waits for the first and takes nothing.
     public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
         try await bounded { connection in
-            let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
-            var claimed: [Delivery] = []
-            for try await (
-                id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                keyID, previousSealed, previousKeyID, traceparent, issuedAt, transmitter, subject
-            )
-                in rows.decode(
-                    (
-                        Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                        String?, String?, Date?, String?, String?
-                    ).self)
-            {
-                let (secret, problem) = SubscriberStore.openSecret(with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
-                let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
-                var notification = ActionNotification(
-                    kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-                    issuedAt: issuedAt, occurredAt: occurredAt)
-                notification.received(from: transmitter, subject: subject)
-                claimed.append(
-                    Delivery(
-                        id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
-                        url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent))
+            try await connection.transaction(logger: logger) { connection in
+                try await connection.query(Self.claimPlanSettings, logger: logger)
+                let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
+                var claimed: [Delivery] = []
+                for try await (
+                    id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
+                    keyID, previousSealed, previousKeyID, traceparent, issuedAt, transmitter, subject
+                )
+                    in rows.decode(
+                        (
+                            Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
+                            String?, String?, Date?, String?, String?
+                        ).self)
+                {
+                    let (secret, problem) = SubscriberStore.openSecret(
+                        with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
+                    let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
+                    var notification = ActionNotification(
+                        kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+                        issuedAt: issuedAt, occurredAt: occurredAt)
+                    notification.received(from: transmitter, subject: subject)
+                    claimed.append(
+                        Delivery(
+                            id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
+                            url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent))
+                }
+                return claimed.sorted { $0.id < $1.id }
             }
-            return claimed.sorted { $0.id < $1.id }
         }
     }
+
+    /// Set for the claim's transaction: no sort and no sequential scan, so the only plan left is the walk of the
+    /// pending-due index that stops at the LIMIT. Statistics cannot choose it reliably: an outage fills the outbox
+    /// with pending rows long before ANALYZE sees them (after 10% of a table of delivered ones), and an estimate
+    /// of one row (the lease filter once did that) makes reading and sorting every pending row look cheapest, so
+    /// each claim cost the whole backlog. In the lease table, a sequential scan read every row deleted since the
+    /// last vacuum, for each candidate.
+    public static let claimPlanSettings: PostgresQuery =
+        "SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true)"
 
     /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,
     /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
