@@ -276,10 +276,15 @@ public final class NotificationDispatcher: Service, Sendable {
     }
 
     private func deliver(_ delivery: NotificationOutbox.Delivery, span: (any Span)?) async {
-        let metadata: Logger.Metadata = [
-            "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
-            "attempt": "\(delivery.attempt)",
-        ]
+        // Made only for a line that is logged: most deliveries log none at the default level.
+        func metadata(_ error: String? = nil) -> Logger.Metadata {
+            var metadata: Logger.Metadata = [
+                "notification_id": "\(delivery.id)", "webhook_id": "\(delivery.webhookID)", "subscriber_id": "\(delivery.subscriberID)",
+                "attempt": "\(delivery.attempt)",
+            ]
+            if let error { metadata["error"] = "\(error)" }
+            return metadata
+        }
         if let problem = delivery.secretProblem {
             // Taken in the moment its secret changed (the list of subscribers said it opened): not an attempt.
             span?.attributes["risc.delivery.outcome"] = "paused"
@@ -296,8 +301,9 @@ public final class NotificationDispatcher: Service, Sendable {
         }
         // The current secret signs; one rotated out in the last 24 hours signs beside it, so a subscriber still
         // checking with the old one keeps accepting while it changes over.
-        let keys = [delivery.secret, delivery.previousSecret].compactMap { $0.flatMap(StandardWebhook.key(secret:)) }
-        if failure == nil, let http, delivery.secret.flatMap(StandardWebhook.key(secret:)) != nil {
+        let signingKey = delivery.secret.flatMap(StandardWebhook.key(secret:))
+        let keys = [signingKey, delivery.previousSecret.flatMap(StandardWebhook.key(secret:))].compactMap { $0 }
+        if failure == nil, let http, signingKey != nil {
             let body = Array(delivery.notification.body.serialized.utf8)
             var request = HTTPClientRequest(url: delivery.url)
             request.method = .POST
@@ -324,32 +330,32 @@ public final class NotificationDispatcher: Service, Sendable {
             case .retry(let seconds):
                 outcome = .retry(after: seconds, error: failure)
                 ServiceMetrics.notificationsDelivered(1, outcome: "retried")
-                logger.info("A notification was not delivered; it will be retried", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
+                logger.info("A notification was not delivered; it will be retried", metadata: metadata(failure))
             case .dead:
                 outcome = .dead(error: failure)
                 ServiceMetrics.notificationsDelivered(1, outcome: "dead")
-                logger.error("A notification failed its last attempt and is dead", metadata: metadata.merging(["error": "\(failure)"]) { $1 })
+                logger.error("A notification failed its last attempt and is dead", metadata: metadata(failure))
             }
         } else {
             outcome = .delivered
             ServiceMetrics.notificationsDelivered(1, outcome: "delivered")
-            logger.debug("Notification delivered", metadata: metadata)
+            logger.debug("Notification delivered", metadata: metadata())
         }
         outcomes.withLock { $0.append((delivery.id, delivery.attempt, outcome)) }
     }
 
     /// Gives a notification back untried: its subscriber's secret cannot be opened, which no retry would change. The
     /// subscriber is paused from the next read of the list.
-    private func release(_ delivery: NotificationOutbox.Delivery, problem: String, metadata: Logger.Metadata) async {
+    private func release(_ delivery: NotificationOutbox.Delivery, problem: String, metadata: (String?) -> Logger.Metadata) async {
         subscriberList.withLock { $0 = nil }
         do {
             try await outbox.release(delivery)
             logger.warning(
-                "A notification was not sent: its subscriber's secret cannot be opened", metadata: metadata.merging(["error": "\(problem)"]) { $1 })
+                "A notification was not sent: its subscriber's secret cannot be opened", metadata: metadata(problem))
         } catch {
             logger.warning(
                 "Could not give back a notification not sent; it is due again after its lease",
-                metadata: metadata.merging(["error": "\(DatabaseErrors.describe(error))"]) { $1 })
+                metadata: metadata(DatabaseErrors.describe(error)))
         }
     }
 
@@ -358,21 +364,31 @@ public final class NotificationDispatcher: Service, Sendable {
 
     /// Nil when the subscriber's status line was 2xx within the timeout; otherwise why not (never the URL, which may
     /// carry a credential, nor the body).
+    /// AsyncHTTPClient's deadline bounds the wait for the status line (its timer ends when the head arrives), so that
+    /// wait needs no racing task of ours; only a body that is still to come does.
     private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
         let timeout = settings.timeout
         let response: HTTPClientResponse
         do {
-            let deadline = timeout + settings.replyBodyTimeout + .seconds(1)
-            response = try await withTimeout(timeout) {
-                try await http.execute(request, timeout: .seconds(Int64(deadline.components.seconds)))
-            }
-        } catch is TimeoutError {
-            return "no answer within \(timeout.components.seconds) s"
+            response = try await http.execute(request, deadline: .now() + TimeAmount(timeout))
         } catch {
+            if let error = error as? HTTPClientError, error == .deadlineExceeded {
+                return "no answer within \(timeout.components.seconds) s"
+            }
             return "cannot deliver: \(String(describing: error).prefix(200))"
         }
-        // The status line decides. The body is read under its own bound and dropped; one cut off closes the connection.
-        _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
+        // The status line decides. The body is read and dropped, so the connection can be reused: at once when there
+        // is none to wait for (the usual 204), else under its own bound (one cut off closes the connection).
+        if Self.hasNoBody(response) {
+            _ = try? await response.body.collect(upTo: Self.maxReplyBytes)
+        } else {
+            _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
+        }
         return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
+    }
+
+    /// A 204, a 304 or `Content-Length: 0`: the response ended with its head (RFC 9112 §6.3).
+    static func hasNoBody(_ response: HTTPClientResponse) -> Bool {
+        response.status.code == 204 || response.status.code == 304 || response.headers.first(name: "content-length") == "0"
     }
 }
