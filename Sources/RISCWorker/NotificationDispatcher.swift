@@ -365,7 +365,7 @@ public final class NotificationDispatcher: Service, Sendable {
     /// Nil when the subscriber's status line was 2xx within the timeout; otherwise why not (never the URL, which may
     /// carry a credential, nor the body).
     /// AsyncHTTPClient's deadline bounds the wait for the status line (its timer ends when the head arrives), so that
-    /// wait needs no racing task of ours; only a body that is still to come does.
+    /// wait needs no racing task of ours; the body does.
     private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
         let timeout = settings.timeout
         let response: HTTPClientResponse
@@ -377,18 +377,10 @@ public final class NotificationDispatcher: Service, Sendable {
             }
             return "cannot deliver: \(String(describing: error).prefix(200))"
         }
-        // The status line decides. The body is read and dropped, so the connection can be reused: at once when there
-        // is none to wait for (the usual 204), else under its own bound (one cut off closes the connection).
-        if Self.hasNoBody(response) {
-            _ = try? await response.body.collect(upTo: Self.maxReplyBytes)
-        } else {
-            _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
-        }
+        // The status line decides. The body is read under its own bound and dropped; one cut off closes the connection.
+        // Always bounded, even after a 204 or `Content-Length: 0`: over HTTP/2 (https) the body ends only when the
+        // subscriber ends the stream, which it may never do.
+        _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
         return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
-    }
-
-    /// A 204, a 304 or `Content-Length: 0`: the response ended with its head (RFC 9112 §6.3).
-    static func hasNoBody(_ response: HTTPClientResponse) -> Bool {
-        response.status.code == 204 || response.status.code == 304 || response.headers.first(name: "content-length") == "0"
     }
 }
