@@ -157,7 +157,7 @@ public struct NotificationOutbox: BoundedStore {
     /// Takes up to `limit` due notifications of one subscriber, only the oldest pending one of each of its users, so a
     /// user's notifications go out in order. Each is leased for `lease` (risc_notification_leases), its outbox row
     /// left as it is: if the dispatcher dies mid-delivery, it comes due again then, as the next attempt. Two
-    /// dispatchers that reach for one row both insert its lease; the second waits for the first and takes nothing.
+    /// dispatchers that reach for one row both insert its lease; the second waits for the first's commit and takes nothing.
     public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
         try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
@@ -191,14 +191,16 @@ public struct NotificationOutbox: BoundedStore {
         }
     }
 
-    /// Set for the claim's transaction: no sort and no sequential scan, so the only plan left is the walk of the
-    /// pending-due index that stops at the LIMIT. Statistics cannot choose it reliably: an outage fills the outbox
-    /// with pending rows long before ANALYZE sees them (after 10% of a table of delivered ones), and an estimate
-    /// of one row (the lease filter once did that) makes reading and sorting every pending row look cheapest, so
-    /// each claim cost the whole backlog. In the lease table, a sequential scan read every row deleted since the
-    /// last vacuum, for each candidate.
-    public static let claimPlanSettings: PostgresQuery =
-        "SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true)"
+    /// Set for the claim's transaction: sorts and sequential scans priced out, so PostgreSQL walks the pending-due
+    /// index and stops at the LIMIT. Statistics cannot choose that reliably: an outage fills the outbox with pending
+    /// rows long before ANALYZE sees them (after 10% of a table of delivered ones), and an estimate of one row (the
+    /// lease filter once did that) makes reading and sorting every pending row look cheapest, so each claim cost the
+    /// whole backlog. In the lease table, a sequential scan read every row deleted since the last vacuum, for each
+    /// candidate. The leases are held until the dispatcher commits, so one that stalls before it does is cut off.
+    public static let claimPlanSettings: PostgresQuery = """
+        SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
+               set_config('idle_in_transaction_session_timeout', '5s', true)
+        """
 
     /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,
     /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on

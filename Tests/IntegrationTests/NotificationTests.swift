@@ -359,6 +359,12 @@ struct NotificationTests {
                 // Planned as the claim is: in a transaction, with its settings.
                 let plan = try await harness.database.transaction(logger: Harness.logger) { connection in
                     try await connection.query(NotificationOutbox.claimPlanSettings, logger: Harness.logger)
+                    // The leases it takes are held until it commits: a claim that stalls first is cut off.
+                    for try await timeout in try await connection.query(
+                        "SELECT current_setting('idle_in_transaction_session_timeout')", logger: Harness.logger
+                    ).decode(String.self) {
+                        #expect(timeout == "5s")
+                    }
                     var plan: [String] = []
                     for try await line in try await connection.query(
                         PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, binds: query.binds), logger: Harness.logger
