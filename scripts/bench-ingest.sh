@@ -12,6 +12,7 @@
 #        sessions-revoked SET each, spread over the run; from each 202 to the user's first 401;
 #   3. the default `serve` with one subscriber: each SET's action also writes a notification, which
 #      the dispatcher delivers to a local `dev webhook-sink`; saturation, and how long until all are delivered;
+#      then all of them due again at once (a backlog, as after an outage), and how fast a fresh `serve` delivers it;
 #   4. the default `serve` with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT), exporting to a local collector stand-in
 #      (scripts/otlp-receiver.py, with opentelemetry-proto from .build-venv): saturation and CPU per SET against the
 #      default run above, where tracing is off;
@@ -124,7 +125,8 @@ fresh_database risc_notify
 sink_port=$(pg_free_port)
 sink_secret=whsec_$(head -c 32 /dev/urandom | base64)
 "$bin" dev webhook-sink --port "$sink_port" --secret "$sink_secret" >/dev/null 2>>"$work/sink.log" &
-pids+=($!)
+sink_pid=$!
+pids+=($sink_pid)
 psql -c "INSERT INTO risc_subscribers (url, secret) VALUES ('http://127.0.0.1:$sink_port/', '$sink_secret')" >/dev/null
 start_serve
 warm_up
@@ -133,6 +135,17 @@ notify_result=$result notify_rows=$stored_rows notify_server_us=$server_cpu_us n
 while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.1; done
 notify_drain=$(python3 -c "print(f'{$(date +%s.%N) - $wrk_end:.2f}')")
 notified=$(psql -c "SELECT count(*) FILTER (WHERE status = 'delivered') || ' delivered, ' || count(*) FILTER (WHERE status = 'dead') || ' dead, of ' || count(*) FROM risc_notifications")
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+#    Then a backlog: every notification of the run due again at once (as `notifications replay` leaves each), after
+#    ANALYZE, as a backlog meets the dispatcher after an outage; a fresh `serve` delivers them with nothing else to do.
+psql -c "UPDATE risc_notifications SET status = 'pending', attempts = 0, next_attempt_at = now(), delivered_at = NULL" \
+     -c 'VACUUM ANALYZE risc_notifications' -c 'CHECKPOINT' >/dev/null
+backlog_size=$(psql -c 'SELECT count(*) FROM risc_notifications')
+sink0=$(cpu "$sink_pid"); pg0=$(cpu "+$postmaster"); start=$(date +%s.%N)
+start_serve
+while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.05; done
+backlog_s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
+backlog_cpu="server $(python3 -c "print(round($(cpu "$serve_pid") * 1e6 / $backlog_size))") us, PostgreSQL $(python3 -c "print(round(($(cpu "+$postmaster") - $pg0) * 1e6 / $backlog_size))") us, the sink $(python3 -c "print(round(($(cpu "$sink_pid") - $sink0) * 1e6 / $backlog_size))") us"
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
 # 4. Tracing on: every span made and exported (swift-otel's defaults, which drop what its queue cannot hold).
@@ -190,6 +203,7 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
                     rows stored $notify_rows, server-counted 202s $notify_202s ($(check_rows "$notify_rows" "$notify_202s"))
                     CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
                     notifications: $notified; the last delivered ${notify_drain} s after the last 202
+    backlog:        the $backlog_size due again at once: delivered in ${backlog_s} s from the start of \`serve\` ($(python3 -c "print(round($backlog_size / $backlog_s))")/s); CPU per delivery: $backlog_cpu
   default serve with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT to a local collector stand-in; the other OTEL_* variables at their defaults):
     saturation:     $traced
   ingest only (serve --no-worker, no worker running):
