@@ -159,36 +159,38 @@ public struct NotificationOutbox: BoundedStore {
     /// left as it is: if the dispatcher dies mid-delivery, it comes due again then, as the next attempt. Two
     /// dispatchers that reach for one row both insert its lease; the second waits for the first's commit and takes nothing.
     public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
-        try await bounded { connection in
+        typealias Row = (
+            Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
+            String?, String?, Date?, String?, String?
+        )
+        // Only read in the transaction, which holds the leases until it commits; the secrets are opened after.
+        let rows: [Row] = try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
                 try await connection.query(Self.claimPlanSettings, logger: logger)
-                let rows = try await connection.query(try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
-                var claimed: [Delivery] = []
-                for try await (
-                    id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed,
-                    keyID, previousSealed, previousKeyID, traceparent, issuedAt, transmitter, subject
-                )
-                    in rows.decode(
-                        (
-                            Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-                            String?, String?, Date?, String?, String?
-                        ).self)
-                {
-                    let (secret, problem) = SubscriberStore.openSecret(
-                        with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
-                    let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
-                    var notification = ActionNotification(
-                        kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
-                        issuedAt: issuedAt, occurredAt: occurredAt)
-                    notification.received(from: transmitter, subject: subject)
-                    claimed.append(
-                        Delivery(
-                            id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
-                            url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent))
+                var rows: [Row] = []
+                for try await row in try await connection.query(
+                    try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger
+                ).decode(Row.self) {
+                    rows.append(row)
                 }
-                return claimed.sorted { $0.id < $1.id }
+                return rows
             }
         }
+        return rows.map { row in
+            let (
+                id, webhookID, kind, sub, count, eventID, jti, eventType, occurredAt, attempt, subscriberID, url, clear, sealed, keyID,
+                previousSealed, previousKeyID, traceparent, issuedAt, transmitter, subject
+            ) = row
+            let (secret, problem) = SubscriberStore.openSecret(with: cipher, clear: clear, sealed: sealed, keyID: keyID, subscriber: subscriberID)
+            let previous = previousSealed.flatMap { try? cipher?.open($0, keyID: previousKeyID ?? "", subscriberID: subscriberID) }
+            var notification = ActionNotification(
+                kind: kind, sub: sub.isEmpty ? nil : sub, count: Int(count), eventID: eventID, jti: jti, eventType: eventType,
+                issuedAt: issuedAt, occurredAt: occurredAt)
+            notification.received(from: transmitter, subject: subject)
+            return Delivery(
+                id: id, webhookID: webhookID, notification: notification, attempt: Int(attempt), subscriberID: subscriberID,
+                url: url, secret: secret, previousSecret: previous, secretProblem: problem, traceparent: traceparent)
+        }.sorted { $0.id < $1.id }
     }
 
     /// Set for the claim's transaction: sorts and sequential scans priced out, so PostgreSQL walks the pending-due
@@ -196,10 +198,13 @@ public struct NotificationOutbox: BoundedStore {
     /// rows long before ANALYZE sees them (after 10% of a table of delivered ones), and an estimate of one row (the
     /// lease filter once did that) makes reading and sorting every pending row look cheapest, so each claim cost the
     /// whole backlog. In the lease table, a sequential scan read every row deleted since the last vacuum, for each
-    /// candidate. The leases are held until the dispatcher commits, so one that stalls before it does is cut off.
+    /// candidate. The leases are held until the dispatcher commits: one whose process freezes first, or whose network
+    /// goes silent, is cut off after 30 s (a live one gives up sooner, on its own bound, and closes the connection).
+    /// Not tighter: a dispatcher starved of CPU is slow between the statement and its COMMIT, and a session ended
+    /// there leaves postgres-nio waiting on the COMMIT until that bound.
     public static let claimPlanSettings: PostgresQuery = """
         SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
-               set_config('idle_in_transaction_session_timeout', '5s', true)
+               set_config('idle_in_transaction_session_timeout', '30s', true)
         """
 
     /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,

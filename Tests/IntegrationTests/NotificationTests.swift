@@ -363,7 +363,7 @@ struct NotificationTests {
                     for try await timeout in try await connection.query(
                         "SELECT current_setting('idle_in_transaction_session_timeout')", logger: Harness.logger
                     ).decode(String.self) {
-                        #expect(timeout == "5s")
+                        #expect(timeout == "30s")
                     }
                     var plan: [String] = []
                     for try await line in try await connection.query(
