@@ -364,17 +364,17 @@ public final class NotificationDispatcher: Service, Sendable {
 
     /// Nil when the subscriber's status line was 2xx within the timeout; otherwise why not (never the URL, which may
     /// carry a credential, nor the body).
-    /// AsyncHTTPClient's deadline bounds the wait for the status line (its timer ends when the head arrives), so that
-    /// wait needs no racing task of ours; the body does.
     private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
         let timeout = settings.timeout
         let response: HTTPClientResponse
         do {
-            response = try await http.execute(request, deadline: .now() + TimeAmount(timeout))
-        } catch {
-            if let error = error as? HTTPClientError, error == .deadlineExceeded {
-                return "no answer within \(timeout.components.seconds) s"
+            let deadline = timeout + settings.replyBodyTimeout + .seconds(1)
+            response = try await withTimeout(timeout) {
+                try await http.execute(request, timeout: .seconds(Int64(deadline.components.seconds)))
             }
+        } catch is TimeoutError {
+            return "no answer within \(timeout.components.seconds) s"
+        } catch {
             return "cannot deliver: \(String(describing: error).prefix(200))"
         }
         // The status line decides. The body is read under its own bound and dropped; one cut off closes the connection.
