@@ -57,6 +57,10 @@ final class DevSharedSignals: Sendable {
         var offered: [String] = []
         /// How long a poll with nothing to return is held open (long polling).
         var longPoll: TimeInterval = 10
+        /// How late the status endpoint answers (tests).
+        var statusReadDelay: TimeInterval = 0
+        /// Status reads answered late that have not been answered yet.
+        var statusReadsWaiting = 0
     }
 
     let keys: SigningKeys
@@ -137,7 +141,7 @@ extension DevTransmitter {
             try await ssf.authorized(request) { try await ssf.subject(request, add: false) }
         }
         router.get("/ssf/status") { request, _ in
-            try await ssf.authorized(request) { ssf.status(request) }
+            try await ssf.authorized(request) { try await ssf.status(request) }
         }
         router.post("/ssf/status") { request, _ in
             try await ssf.authorized(request) {
@@ -180,6 +184,12 @@ extension DevTransmitter {
             else { return DevSharedSignals.failure(.conflict) }
             return Self.json(DevSharedSignals.statusJSON(stream))
         }
+        // Tests: the status endpoint answers this many seconds late, with the status it had when asked (`?seconds=S`).
+        router.post("/dev/ssf/status-delay") { request, _ in
+            let seconds = Double(request.uri.queryParameters.get("seconds") ?? "") ?? 0
+            ssf.state.withLock { $0.statusReadDelay = seconds }
+            return Self.json(["seconds": .number(seconds)])
+        }
         // Control endpoints for tests: how long new access tokens live.
         router.post("/dev/ssf/token-lifetime") { request, _ in
             let seconds = Double(request.uri.queryParameters.get("seconds") ?? "") ?? 3600
@@ -206,6 +216,7 @@ extension DevTransmitter {
                 "acknowledged": .array(state.acknowledged.map(JSONValue.string)), "set_errors": .object(state.setErrors),
                 "polls": .number(Double(state.polls)), "offered": .array(state.offered.map(JSONValue.string)),
                 "queued_count": .number(Double(state.queue.count)), "acknowledged_count": .number(Double(state.acknowledged.count)),
+                "status_reads_waiting": .number(Double(state.statusReadsWaiting)),
             ])
         }
     }
@@ -354,9 +365,17 @@ extension DevSharedSignals {
     }
 
     /// §8.1.2.1: `{"stream_id", "status", "reason"?}`.
-    func status(_ request: Request) -> Response {
+    func status(_ request: Request) async throws -> Response {
         let id = request.uri.queryParameters.get("stream_id")
-        guard let stream = state.withLock({ $0.stream }), stream.id == id else { return Self.failure(.notFound) }
+        let (stream, delay) = state.withLock { state in
+            if state.statusReadDelay > 0 { state.statusReadsWaiting += 1 }
+            return (state.stream, state.statusReadDelay)
+        }
+        if delay > 0 {
+            defer { state.withLock { $0.statusReadsWaiting -= 1 } }
+            try await Task.sleep(for: .seconds(delay))
+        }
+        guard let stream, stream.id == id else { return Self.failure(.notFound) }
         return DevTransmitter.json(Self.statusJSON(stream))
     }
 

@@ -142,6 +142,7 @@ public struct ManagedStream: Sendable {
         let streamID = try streamID
         let stream: StreamConfiguration?
         let status: StreamStatus?
+        let asked = Date()
         do throws(StreamManagement.Failure) {
             stream = try await management.stream(id: streamID)
             status = connection.metadata.statusEndpoint == nil ? nil : try await management.status(streamID: streamID)
@@ -149,7 +150,7 @@ public struct ManagedStream: Sendable {
             throw failure(error)
         }
         guard let stream else { throw Failure(.noStream, "\(name): the transmitter no longer has stream \(streamID)") }
-        if let status { try await store.recordStatus(status, of: name) }
+        if let status { try await store.recordStatus(status, of: name, asOf: asked) }
         return [
             ("stream_id", .string(stream.streamID)), ("iss", .string(stream.issuer)), ("aud", .array(stream.audience.map(JSONValue.string))),
             ("delivery", stream.deliveryMethod.map { .string($0.rawValue) } ?? .null),
@@ -220,6 +221,7 @@ public struct ManagedStream: Sendable {
     public func status(setting wanted: StreamStatus?) async throws -> StreamStatus {
         let streamID = try streamID
         let current: StreamStatus
+        let asked = Date()
         do throws(StreamManagement.Failure) {
             if let wanted {
                 current = try await management.setStatus(streamID: streamID, wanted)
@@ -229,7 +231,7 @@ public struct ManagedStream: Sendable {
         } catch {
             throw failure(error)
         }
-        try await store.recordStatus(current, of: name)
+        try await store.recordStatus(current, of: name, asOf: asked)
         return current
     }
 

@@ -142,6 +142,8 @@ public actor StreamReceivers {
             _ = try? await store.verificationArrived(of: stream.name, state: state, jti: token.jti)
         }
         guard outcome == .stored, let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
-        try? await store.recordStatus(status, of: stream.name)
+        // As of the end of its iat's second (iat counts whole seconds, so a change made just after a read in the same
+        // second still wins), but never later than now: a transmitter's fast clock must not outrank later reads.
+        _ = try? await store.recordStatus(status, of: stream.name, asOf: min(token.issuedAt.addingTimeInterval(1), Date()))
     }
 }

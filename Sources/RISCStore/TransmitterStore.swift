@@ -234,16 +234,22 @@ extension TransmitterStore {
         }
     }
 
-    /// The status the transmitter reported (its status endpoint, or a stream-updated event).
-    public func recordStatus(_ status: StreamStatus, of name: TransmitterName) async throws {
-        _ = try await bounded { connection in
+    /// The status the transmitter reported (its status endpoint, or a stream-updated event), as of `asOf`: when the
+    /// request that read it was sent, or when the event was issued. A status known as of an earlier time than the one
+    /// recorded is dropped: a probe's slow read must not undo a pause set while it waited. Returns whether it was kept.
+    @discardableResult
+    public func recordStatus(_ status: StreamStatus, of name: TransmitterName, asOf: Date) async throws -> Bool {
+        let updated = try await bounded { connection in
             try await connection.query(
                 """
                 UPDATE risc_transmitters
-                   SET stream_status = \(status.state.rawValue), stream_status_reason = \(status.reason), stream_status_at = now()
-                 WHERE name = \(name.value)
-                """, logger: logger)
+                   SET stream_status = \(status.state.rawValue), stream_status_reason = \(status.reason), stream_status_at = \(asOf)
+                 WHERE name = \(name.value) AND (stream_status_at IS NULL OR stream_status_at <= \(asOf))
+                RETURNING 1
+                """, logger: logger
+            ).collect().count
         }
+        return updated > 0
     }
 }
 

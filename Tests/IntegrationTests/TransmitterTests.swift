@@ -462,6 +462,41 @@ struct TransmitterTests {
         }
     }
 
+    @Test("A status read sent before a pause and answered after it does not undo the pause; reads and events after it are recorded")
+    func staleStatusRead() async throws {
+        try await Self.withStream { harness, environment in
+            @Sendable func recorded() async throws -> JSONValue? {
+                let shown = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
+                return try JSONValue.parse(Data(shown.output.utf8))["stream"]?["status"]
+            }
+            @Sendable func statusDelay(_ seconds: Int) async throws -> Int {
+                try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status-delay?seconds=\(seconds)").status
+            }
+            #expect(try await statusDelay(3) == 200)
+            // `streams show` asks while the stream is enabled, and is answered only after the pause below.
+            let slowRead = Task { try await runRiscReceiver(["streams", "show", "dev-ssf", "--json"], environment: environment) }
+            try await eventually("the status read waits at the transmitter") {
+                try await Self.devState(harness)["status_reads_waiting"] == 1
+            }
+            let paused = try await runRiscReceiver(
+                ["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
+            #expect(paused.status == 0, "\(paused.output)")
+            #expect(try await recorded() == "paused")
+            let shown = try await slowRead.value
+            #expect(shown.status == 0 && (try? JSONValue.parse(Data(shown.output.utf8))["status"]) == "enabled", "\(shown.output)")
+            #expect(try await recorded() == "paused", "the read sent before the pause is not recorded over it")
+
+            // The transmitter resumes the stream and says so: the event is newer, and is recorded.
+            #expect(try await statusDelay(0) == 200)
+            let resumed = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=enabled&reason=over")
+            #expect(resumed.status == 200)
+            try await eventually("the stream-updated event is recorded") { try await recorded() == "enabled" }
+            // A read sent after everything else is recorded.
+            #expect(try await runRiscReceiver(["streams", "status", "dev-ssf", "disabled"], environment: environment).status == 0)
+            #expect(try await recorded() == "disabled")
+        }
+    }
+
     @Test("A stream the transmitter pauses holds its events, and the verification behind them, until it resumes", arguments: ["push", "poll"])
     func pausedAndResumed(delivery: String) async throws {
         try await Self.withStream(delivery) { harness, environment in
