@@ -491,11 +491,13 @@ struct NotificationTests {
     @Test("A 2xx status line is a delivery, however slowly its body follows: it is not sent again")
     func slowBodyAfterSuccess() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
-            let subscriber = TestSubscriber { _, _ in .slowBody(.seconds(8)) }
+            let subscriber = TestSubscriber { _, _ in .slowBody(.seconds(20)) }
             try await subscriber.serving { url in
                 _ = try await harness.addSubscriber(subscriber, url: url)
                 var settings = NotificationDispatcher.Settings.fast
-                settings.timeout = .seconds(3)
+                // Longer than the status line can take on a starved machine (a late one would be a fair retry), far
+                // shorter than the body: the body, not the wait for the status line, is what outlasts it.
+                settings.timeout = .seconds(8)
                 try await withDispatchers(client: harness.database, settings: settings) {
                     let sub = "slow-body-\(UUID().uuidString)"
                     _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
