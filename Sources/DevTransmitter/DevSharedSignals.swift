@@ -57,10 +57,11 @@ final class DevSharedSignals: Sendable {
         var offered: [String] = []
         /// How long a poll with nothing to return is held open (long polling).
         var longPoll: TimeInterval = 10
-        /// How late the status endpoint answers (tests).
+        /// How late the status endpoint answers a read, and how long it waits before a change (tests).
         var statusReadDelay: TimeInterval = 0
-        /// Status reads answered late that have not been answered yet.
-        var statusReadsWaiting = 0
+        var statusChangeDelay: TimeInterval = 0
+        /// Calls of the status endpoint held by those delays.
+        var statusCallsWaiting = 0
     }
 
     let keys: SigningKeys
@@ -184,11 +185,13 @@ extension DevTransmitter {
             else { return DevSharedSignals.failure(.conflict) }
             return Self.json(DevSharedSignals.statusJSON(stream))
         }
-        // Tests: the status endpoint answers this many seconds late, with the status it had when asked (`?seconds=S`).
+        // Tests: the status endpoint answers a read this many seconds late, with the status it had when asked
+        // (`?seconds=S`), and waits this long before it makes a change (`?change_seconds=S`).
         router.post("/dev/ssf/status-delay") { request, _ in
             let seconds = Double(request.uri.queryParameters.get("seconds") ?? "") ?? 0
-            ssf.state.withLock { $0.statusReadDelay = seconds }
-            return Self.json(["seconds": .number(seconds)])
+            let changeSeconds = Double(request.uri.queryParameters.get("change_seconds") ?? "") ?? 0
+            ssf.state.withLock { ($0.statusReadDelay, $0.statusChangeDelay) = (seconds, changeSeconds) }
+            return Self.json(["seconds": .number(seconds), "change_seconds": .number(changeSeconds)])
         }
         // Control endpoints for tests: how long new access tokens live.
         router.post("/dev/ssf/token-lifetime") { request, _ in
@@ -216,7 +219,7 @@ extension DevTransmitter {
                 "acknowledged": .array(state.acknowledged.map(JSONValue.string)), "set_errors": .object(state.setErrors),
                 "polls": .number(Double(state.polls)), "offered": .array(state.offered.map(JSONValue.string)),
                 "queued_count": .number(Double(state.queue.count)), "acknowledged_count": .number(Double(state.acknowledged.count)),
-                "status_reads_waiting": .number(Double(state.statusReadsWaiting)),
+                "status_calls_waiting": .number(Double(state.statusCallsWaiting)),
             ])
         }
     }
@@ -368,11 +371,11 @@ extension DevSharedSignals {
     func status(_ request: Request) async throws -> Response {
         let id = request.uri.queryParameters.get("stream_id")
         let (stream, delay) = state.withLock { state in
-            if state.statusReadDelay > 0 { state.statusReadsWaiting += 1 }
+            if state.statusReadDelay > 0 { state.statusCallsWaiting += 1 }
             return (state.stream, state.statusReadDelay)
         }
         if delay > 0 {
-            defer { state.withLock { $0.statusReadsWaiting -= 1 } }
+            defer { state.withLock { $0.statusCallsWaiting -= 1 } }
             try await Task.sleep(for: .seconds(delay))
         }
         guard let stream, stream.id == id else { return Self.failure(.notFound) }
@@ -384,6 +387,14 @@ extension DevSharedSignals {
         guard let body = try await Self.body(request)?.objectValue, let id = body["stream_id"]?.stringValue,
             let status = body["status"]?.stringValue, ["enabled", "paused", "disabled"].contains(status)
         else { return Self.failure(.badRequest) }
+        let delay = state.withLock { state in
+            if state.statusChangeDelay > 0 { state.statusCallsWaiting += 1 }
+            return state.statusChangeDelay
+        }
+        if delay > 0 {
+            defer { state.withLock { $0.statusCallsWaiting -= 1 } }
+            try await Task.sleep(for: .seconds(delay))
+        }
         guard state.withLock({ $0.stream?.id }) == id,
             let updated = try await changeStatus(to: status, reason: body["reason"]?.stringValue, issuer: issuer, client: client, announce: false)
         else { return Self.failure(.notFound) }

@@ -221,17 +221,20 @@ public struct ManagedStream: Sendable {
     public func status(setting wanted: StreamStatus?) async throws -> StreamStatus {
         let streamID = try streamID
         let current: StreamStatus
-        let asked = Date()
+        // A read is as of when it was sent. A change is as of its answer: any read sent before that answer may have
+        // been served before the change, and must not be recorded over it.
+        var asOf = Date()
         do throws(StreamManagement.Failure) {
             if let wanted {
                 current = try await management.setStatus(streamID: streamID, wanted)
+                asOf = Date()
             } else {
                 current = try await management.status(streamID: streamID)
             }
         } catch {
             throw failure(error)
         }
-        try await store.recordStatus(current, of: name, asOf: asked)
+        try await store.recordStatus(current, of: name, asOf: asOf)
         return current
     }
 

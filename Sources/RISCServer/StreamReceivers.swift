@@ -138,12 +138,25 @@ public actor StreamReceivers {
     /// Once the SET is committed: its verification states arrive (a state used by a SET never stored stays open), and a
     /// stream-updated is recorded, unless it is a redelivery: an old status must not overwrite a newer one.
     nonisolated func stored(_ token: SecurityEventToken, on stream: TransmitterStore.ReceivingStream, outcome: EventInbox.Outcome) async {
+        // The SET is committed and answered already; a failure here is not retried, so it is at least said.
+        func warn(_ what: String, _ error: any Error) {
+            logger.warning(
+                "A stream's \(what) was not recorded", metadata: ["transmitter": "\(stream.name)", "error": "\(DatabaseErrors.describe(error))"])
+        }
         for state in (try? StreamEventRules.checkVerifications(token, streamID: stream.streamID)) ?? [] {
-            _ = try? await store.verificationArrived(of: stream.name, state: state, jti: token.jti)
+            do {
+                _ = try await store.verificationArrived(of: stream.name, state: state, jti: token.jti)
+            } catch {
+                warn("verification", error)
+            }
         }
         guard outcome == .stored, let status = StreamEventRules.reportedStatus(token, streamID: stream.streamID) else { return }
-        // As of the end of its iat's second (iat counts whole seconds, so a change made just after a read in the same
-        // second still wins), but never later than now: a transmitter's fast clock must not outrank later reads.
-        _ = try? await store.recordStatus(status, of: stream.name, asOf: min(token.issuedAt.addingTimeInterval(1), Date()))
+        do {
+            // As of the end of its iat's second (iat counts whole seconds, so a change made just after a read in the same
+            // second still wins), but never later than now: a transmitter's fast clock must not outrank later reads.
+            try await store.recordStatus(status, of: stream.name, asOf: min(token.issuedAt.addingTimeInterval(1), Date()))
+        } catch {
+            warn("status", error)
+        }
     }
 }

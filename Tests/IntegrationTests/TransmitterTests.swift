@@ -462,35 +462,50 @@ struct TransmitterTests {
         }
     }
 
-    @Test("A status read sent before a pause and answered after it does not undo the pause; reads and events after it are recorded")
+    @Test("A status read that may have been served before a pause is never recorded over it; reads and events after it are")
     func staleStatusRead() async throws {
         try await Self.withStream { harness, environment in
             @Sendable func recorded() async throws -> JSONValue? {
                 let shown = try await runRiscReceiver(["transmitters", "show", "dev-ssf", "--json"], environment: environment)
                 return try JSONValue.parse(Data(shown.output.utf8))["stream"]?["status"]
             }
-            @Sendable func statusDelay(_ seconds: Int) async throws -> Int {
-                try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status-delay?seconds=\(seconds)").status
+            @Sendable func statusDelay(read: Int, change: Int) async throws -> Int {
+                try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status-delay?seconds=\(read)&change_seconds=\(change)").status
             }
-            #expect(try await statusDelay(3) == 200)
-            // `streams show` asks while the stream is enabled, and is answered only after the pause below.
+            @Sendable func untilHeld(_ calls: Int) async throws {
+                try await eventually("\(calls) status call(s) held at the transmitter") {
+                    try await Self.devState(harness)["status_calls_waiting"] == .number(Double(calls))
+                }
+            }
+            @Sendable func statusOf(_ ran: (status: Int32, output: String)) -> JSONValue? {
+                ran.status == 0 ? (try? JSONValue.parse(Data(ran.output.utf8)))?["status"] : nil
+            }
+
+            // A read sent before the pause, answered after it.
+            #expect(try await statusDelay(read: 3, change: 0) == 200)
             let slowRead = Task { try await runRiscReceiver(["streams", "show", "dev-ssf", "--json"], environment: environment) }
-            try await eventually("the status read waits at the transmitter") {
-                try await Self.devState(harness)["status_reads_waiting"] == 1
-            }
-            let paused = try await runRiscReceiver(
-                ["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
+            try await untilHeld(1)
+            let paused = try await runRiscReceiver(["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
             #expect(paused.status == 0, "\(paused.output)")
             #expect(try await recorded() == "paused")
             let shown = try await slowRead.value
-            #expect(shown.status == 0 && (try? JSONValue.parse(Data(shown.output.utf8))["status"]) == "enabled", "\(shown.output)")
+            #expect(statusOf(shown) == "enabled", "\(shown.output)")
             #expect(try await recorded() == "paused", "the read sent before the pause is not recorded over it")
 
-            // The transmitter resumes the stream and says so: the event is newer, and is recorded.
-            #expect(try await statusDelay(0) == 200)
-            let resumed = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=enabled&reason=over")
-            #expect(resumed.status == 200)
-            try await eventually("the stream-updated event is recorded") { try await recorded() == "enabled" }
+            // A read sent after the change was asked for, but served before the transmitter made it, and recorded first.
+            #expect(try await statusDelay(read: 0, change: 3) == 200)
+            let enabling = Task { try await runRiscReceiver(["streams", "status", "dev-ssf", "enabled", "--json"], environment: environment) }
+            try await untilHeld(1)
+            let early = try await runRiscReceiver(["streams", "status", "dev-ssf", "--json"], environment: environment)
+            #expect(statusOf(early) == "paused", "\(early.output)")
+            #expect(statusOf(try await enabling.value) == "enabled")
+            #expect(try await recorded() == "enabled", "the change is recorded over a read it may have followed")
+
+            // The transmitter pauses the stream and says so: the event is newer than everything, and is recorded.
+            #expect(try await statusDelay(read: 0, change: 0) == 200)
+            let announced = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=paused&reason=over")
+            #expect(announced.status == 200)
+            try await eventually("the stream-updated event is recorded") { try await recorded() == "paused" }
             // A read sent after everything else is recorded.
             #expect(try await runRiscReceiver(["streams", "status", "dev-ssf", "disabled"], environment: environment).status == 0)
             #expect(try await recorded() == "disabled")
