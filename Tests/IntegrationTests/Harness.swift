@@ -117,7 +117,9 @@ struct Harness {
                 workers.append(factory.makeWorker(client: dependencies.postgres, logger: logger))
             }
             if options.poller {
-                let store = TransmitterStore(client: dependencies.postgres, cipher: VaultCipher.from(key: vaultKey, previous: []), logger: logger)
+                let store = TransmitterStore(
+                    client: dependencies.postgres, timeout: options.commitTimeout, cipher: VaultCipher.from(key: vaultKey, previous: []),
+                    logger: logger)
                 var settings = StreamPoller.Settings()
                 settings.lookInterval = .milliseconds(200)
                 settings.backoffBase = .milliseconds(100)

@@ -678,15 +678,16 @@ struct NotificationTests {
                 // Flaky: a 500, then no answer in time, then accepted.
                 switch count {
                 case 1: return .status(500)
-                case 2: return .hang(.seconds(8))
+                case 2: return .hang(.seconds(30))
                 default: return .status(200)
                 }
             }
             try await subscriber.serving { url in
                 _ = try await harness.addSubscriber(subscriber, url: url)
-                // A short timeout, for the hanging answer; still long enough that the others are not cut off.
+                // Short enough for the hanging answer; long enough that on a starved machine an answer that comes is
+                // not cut off (the counts below would be one too many).
                 var settings = NotificationDispatcher.Settings.fast
-                settings.timeout = .seconds(3)
+                settings.timeout = .seconds(8)
                 try await withDispatchers(client: harness.database, settings: settings) {
                     let flaky = "flaky-\(UUID().uuidString)"
                     _ = try await harness.sendAndWait("sessions-revoked", sub: flaky)
@@ -744,7 +745,8 @@ struct NotificationTests {
             try await subscriber.serving { url in
                 _ = try await harness.addSubscriber(subscriber, url: url)
                 var settings = NotificationDispatcher.Settings.fast
-                settings.retryPolicy = RetryPolicy(maxAttempts: 10, baseDelay: 0.3, maxDelay: 1)
+                // Enough attempts that the first never goes dead while a starved machine runs the sends below.
+                settings.retryPolicy = RetryPolicy(maxAttempts: 1000, baseDelay: 0.3, maxDelay: 1)
                 try await withDispatchers(3, client: harness.database, settings: settings) {
                     _ = try await harness.sendAndWait("sessions-revoked", sub: slow)
                     _ = try await harness.sendAndWait("account-disabled", sub: slow) { $0.reason = "bulk-account" }
