@@ -363,24 +363,33 @@ public final class NotificationDispatcher: Service, Sendable {
     static let maxReplyBytes = 64 * 1024
 
     /// Nil when the subscriber's status line was 2xx within the timeout; otherwise why not (never the URL, which may
-    /// carry a credential, nor the body).
+    /// carry a credential, nor the body). AsyncHTTPClient's deadline bounds the wait for the status line by itself (its
+    /// timer ends when the head arrives), so that wait needs no racing task of ours.
     private func send(_ request: HTTPClientRequest, http: HTTPClient) async -> String? {
         let timeout = settings.timeout
         let response: HTTPClientResponse
         do {
-            let deadline = timeout + settings.replyBodyTimeout + .seconds(1)
-            response = try await withTimeout(timeout) {
-                try await http.execute(request, timeout: .seconds(Int64(deadline.components.seconds)))
-            }
-        } catch is TimeoutError {
+            response = try await http.execute(request, deadline: .now() + TimeAmount(timeout))
+        } catch let error as HTTPClientError where error == .deadlineExceeded {
             return "no answer within \(timeout.components.seconds) s"
         } catch {
             return "cannot deliver: \(String(describing: error).prefix(200))"
         }
-        // The status line decides. The body is read under its own bound and dropped; one cut off closes the connection.
-        // Always bounded, even after a 204 or `Content-Length: 0`: over HTTP/2 (https) the body ends only when the
-        // subscriber ends the stream, which it may never do.
-        _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
+        // The status line decides. The body is read and dropped, so that the connection can be reused: at once when
+        // HTTP/1.1 says it ended with the head (the usual 204), else under its own bound (one cut off closes the
+        // connection). Over HTTP/2 (https) a body ends only when the subscriber ends the stream, which it may never do.
+        if Self.endedWithHead(
+            httpMajorVersion: response.version.major, status: response.status.code, contentLength: response.headers.first(name: "content-length"))
+        {
+            _ = try? await response.body.collect(upTo: Self.maxReplyBytes)
+        } else {
+            _ = try? await withTimeout(settings.replyBodyTimeout) { try await response.body.collect(upTo: Self.maxReplyBytes) }
+        }
         return (200..<300).contains(response.status.code) ? nil : "HTTP \(response.status.code)"
+    }
+
+    /// An HTTP/1 response with no body: a 204, a 304 or `Content-Length: 0` ends with its head (RFC 9112 §6.3).
+    static func endedWithHead(httpMajorVersion: Int, status: UInt, contentLength: String?) -> Bool {
+        httpMajorVersion == 1 && (status == 204 || status == 304 || contentLength == "0")
     }
 }

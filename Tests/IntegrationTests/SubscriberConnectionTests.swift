@@ -8,6 +8,18 @@ import Testing
 
 @Suite("Subscribers' lookups and connections", .timeLimit(.minutes(1)))
 struct SubscriberConnectionTests {
+    @Test("A reply's body is read without a bound only when HTTP/1 says it ended with the head; over HTTP/2 never")
+    func replyEndedWithHead() {
+        #expect(NotificationDispatcher.endedWithHead(httpMajorVersion: 1, status: 204, contentLength: nil))
+        #expect(NotificationDispatcher.endedWithHead(httpMajorVersion: 1, status: 304, contentLength: nil))
+        #expect(NotificationDispatcher.endedWithHead(httpMajorVersion: 1, status: 200, contentLength: "0"))
+        #expect(!NotificationDispatcher.endedWithHead(httpMajorVersion: 1, status: 200, contentLength: nil))
+        #expect(!NotificationDispatcher.endedWithHead(httpMajorVersion: 1, status: 200, contentLength: "12"))
+        // An HTTP/2 body ends only with END_STREAM, which a subscriber may never send, even after a 204.
+        #expect(!NotificationDispatcher.endedWithHead(httpMajorVersion: 2, status: 204, contentLength: nil))
+        #expect(!NotificationDispatcher.endedWithHead(httpMajorVersion: 2, status: 200, contentLength: "0"))
+    }
+
     @Test("A host whose DNS never answers holds one resolver thread, however many deliveries wait on it: another host resolves at once")
     func stalledHostDoesNotStallOthers() async throws {
         // Released when the test is done: until then the stalled host's lookup holds its thread, as a getaddrinfo
