@@ -176,20 +176,27 @@ extension DevTransmitter {
             return Self.json(["refuse": .bool(refuse)])
         }
         // Tests: the transmitter changes the stream's status itself, and says so with a stream-updated event
-        // (`?status=paused&reason=...`).
+        // (`?status=paused&reason=...`), or silently (`&announce=false`).
         router.post("/dev/ssf/status") { request, _ in
             guard let status = request.uri.queryParameters.get("status").map({ String($0) }), ["enabled", "paused", "disabled"].contains(status)
             else { return DevSharedSignals.failure(.badRequest) }
             let reason = request.uri.queryParameters.get("reason").map { String($0) }
-            guard let stream = try await ssf.changeStatus(to: status, reason: reason, issuer: self.sharedSignalsIssuer, client: self.httpClient)
+            let announce = request.uri.queryParameters.get("announce") != "false"
+            guard
+                let stream = try await ssf.changeStatus(
+                    to: status, reason: reason, issuer: self.sharedSignalsIssuer, client: self.httpClient, announce: announce)
             else { return DevSharedSignals.failure(.conflict) }
             return Self.json(DevSharedSignals.statusJSON(stream))
         }
         // Tests: the status endpoint answers a read this many seconds late, with the status it had when asked
         // (`?seconds=S`), and waits this long before it makes a change (`?change_seconds=S`).
         router.post("/dev/ssf/status-delay") { request, _ in
-            let seconds = Double(request.uri.queryParameters.get("seconds") ?? "") ?? 0
-            let changeSeconds = Double(request.uri.queryParameters.get("change_seconds") ?? "") ?? 0
+            func seconds(_ name: String) throws -> Double {
+                let value = Double(request.uri.queryParameters.get(name) ?? "") ?? 0
+                guard (0...60).contains(value) else { throw HTTPError(.badRequest, message: "\(name) must be 0...60") }
+                return value
+            }
+            let (seconds, changeSeconds) = (try seconds("seconds"), try seconds("change_seconds"))
             ssf.state.withLock { ($0.statusReadDelay, $0.statusChangeDelay) = (seconds, changeSeconds) }
             return Self.json(["seconds": .number(seconds), "change_seconds": .number(changeSeconds)])
         }

@@ -150,7 +150,7 @@ public struct ManagedStream: Sendable {
             throw failure(error)
         }
         guard let stream else { throw Failure(.noStream, "\(name): the transmitter no longer has stream \(streamID)") }
-        if let status { try await store.recordStatus(status, of: name, asOf: asked) }
+        if let status { try await store.recordStatus(status, of: name, streamID: streamID, asOf: asked) }
         return [
             ("stream_id", .string(stream.streamID)), ("iss", .string(stream.issuer)), ("aud", .array(stream.audience.map(JSONValue.string))),
             ("delivery", stream.deliveryMethod.map { .string($0.rawValue) } ?? .null),
@@ -234,7 +234,7 @@ public struct ManagedStream: Sendable {
         } catch {
             throw failure(error)
         }
-        try await store.recordStatus(current, of: name, asOf: asOf)
+        try await store.recordStatus(current, of: name, streamID: streamID, asOf: asOf)
         return current
     }
 

@@ -154,7 +154,7 @@ public actor StreamReceivers {
         do {
             // As of the end of its iat's second (iat counts whole seconds, so a change made just after a read in the same
             // second still wins), but never later than now: a transmitter's fast clock must not outrank later reads.
-            try await store.recordStatus(status, of: stream.name, asOf: min(token.issuedAt.addingTimeInterval(1), Date()))
+            try await store.recordStatus(status, of: stream.name, streamID: stream.streamID, asOf: min(token.issuedAt.addingTimeInterval(1), Date()))
         } catch {
             warn("status", error)
         }

@@ -214,7 +214,11 @@ extension TransmitterStore {
                 UPDATE risc_transmitters
                    SET stream_id = \(stream.streamID), stream_audience = \(stream.audience), events_delivered = \(stream.eventsDelivered),
                        poll_url = \(stream.deliveryMethod == .poll ? stream.endpointURL : nil),
-                       push_secret_hash = coalesce(\(pushSecretHash), push_secret_hash)
+                       push_secret_hash = coalesce(\(pushSecretHash), push_secret_hash),
+                       -- Another stream's status is not this one's.
+                       stream_status = CASE WHEN stream_id IS DISTINCT FROM \(stream.streamID) THEN NULL ELSE stream_status END,
+                       stream_status_reason = CASE WHEN stream_id IS DISTINCT FROM \(stream.streamID) THEN NULL ELSE stream_status_reason END,
+                       stream_status_at = CASE WHEN stream_id IS DISTINCT FROM \(stream.streamID) THEN NULL ELSE stream_status_at END
                  WHERE name = \(name.value)
                 """, logger: logger)
         }
@@ -234,17 +238,19 @@ extension TransmitterStore {
         }
     }
 
-    /// The status the transmitter reported (its status endpoint, or a stream-updated event), as of `asOf`: when the
-    /// request that read it was sent, or when the event was issued. A status known as of an earlier time than the one
-    /// recorded is dropped: a probe's slow read must not undo a pause set while it waited. Returns whether it was kept.
+    /// The status the transmitter reported for stream `streamID` (its status endpoint, or a stream-updated event), as
+    /// of `asOf`: when the request that read it was sent, or when the event was issued. A status known as of an earlier
+    /// time than the one recorded is dropped: a probe's slow read must not undo a pause set while it waited. So is one
+    /// of a stream that is no longer the transmitter's (deleted or replaced meanwhile). Returns whether it was kept.
     @discardableResult
-    public func recordStatus(_ status: StreamStatus, of name: TransmitterName, asOf: Date) async throws -> Bool {
+    public func recordStatus(_ status: StreamStatus, of name: TransmitterName, streamID: String, asOf: Date) async throws -> Bool {
         let updated = try await bounded { connection in
             try await connection.query(
                 """
                 UPDATE risc_transmitters
                    SET stream_status = \(status.state.rawValue), stream_status_reason = \(status.reason), stream_status_at = \(asOf)
-                 WHERE name = \(name.value) AND (stream_status_at IS NULL OR stream_status_at <= \(asOf))
+                 WHERE name = \(name.value) AND stream_id = \(streamID)
+                   AND (stream_status_at IS NULL OR stream_status_at <= \(asOf))
                 RETURNING 1
                 """, logger: logger
             ).collect().count

@@ -462,7 +462,9 @@ struct TransmitterTests {
         }
     }
 
-    @Test("A status read that may have been served before a pause is never recorded over it; reads and events after it are")
+    @Test(
+        "A status read that may have been served before a change is never recorded over it, nor for a stream made since; reads and events after it are"
+    )
     func staleStatusRead() async throws {
         try await Self.withStream { harness, environment in
             @Sendable func recorded() async throws -> JSONValue? {
@@ -482,22 +484,24 @@ struct TransmitterTests {
             }
 
             // A read sent before the pause, answered after it.
-            #expect(try await statusDelay(read: 3, change: 0) == 200)
+            #expect(try await statusDelay(read: 4, change: 0) == 200)
             let slowRead = Task { try await runRiscReceiver(["streams", "show", "dev-ssf", "--json"], environment: environment) }
             try await untilHeld(1)
             let paused = try await runRiscReceiver(["streams", "status", "dev-ssf", "paused", "--reason", "maintenance"], environment: environment)
             #expect(paused.status == 0, "\(paused.output)")
             #expect(try await recorded() == "paused")
+            #expect(try await Self.devState(harness)["status_calls_waiting"] == 1, "the pause was recorded while the read was held")
             let shown = try await slowRead.value
             #expect(statusOf(shown) == "enabled", "\(shown.output)")
             #expect(try await recorded() == "paused", "the read sent before the pause is not recorded over it")
 
             // A read sent after the change was asked for, but served before the transmitter made it, and recorded first.
-            #expect(try await statusDelay(read: 0, change: 3) == 200)
+            #expect(try await statusDelay(read: 0, change: 4) == 200)
             let enabling = Task { try await runRiscReceiver(["streams", "status", "dev-ssf", "enabled", "--json"], environment: environment) }
             try await untilHeld(1)
             let early = try await runRiscReceiver(["streams", "status", "dev-ssf", "--json"], environment: environment)
             #expect(statusOf(early) == "paused", "\(early.output)")
+            #expect(try await Self.devState(harness)["status_calls_waiting"] == 1, "the read was recorded while the change was held")
             #expect(statusOf(try await enabling.value) == "enabled")
             #expect(try await recorded() == "enabled", "the change is recorded over a read it may have followed")
 
@@ -506,9 +510,23 @@ struct TransmitterTests {
             let announced = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=paused&reason=over")
             #expect(announced.status == 200)
             try await eventually("the stream-updated event is recorded") { try await recorded() == "paused" }
-            // A read sent after everything else is recorded.
+            // The transmitter enables it without saying so: a read sent after everything else is recorded.
+            let silently = try await harness.call(.POST, harness.transmitter.baseURL + "/dev/ssf/status?status=enabled&announce=false")
+            #expect(silently.status == 200)
+            #expect(statusOf(try await runRiscReceiver(["streams", "status", "dev-ssf", "--json"], environment: environment)) == "enabled")
+            #expect(try await recorded() == "enabled")
             #expect(try await runRiscReceiver(["streams", "status", "dev-ssf", "disabled"], environment: environment).status == 0)
             #expect(try await recorded() == "disabled")
+
+            // A read of the stream, answered after it was deleted and another made: not the new stream's status.
+            #expect(try await statusDelay(read: 4, change: 0) == 200)
+            let oldRead = Task { try await runRiscReceiver(["streams", "show", "dev-ssf", "--json"], environment: environment) }
+            try await untilHeld(1)
+            #expect(try await runRiscReceiver(["streams", "delete", "dev-ssf"], environment: environment).status == 0)
+            #expect(try await runRiscReceiver(["streams", "create", "dev-ssf"], environment: environment).status == 0)
+            #expect((try await recorded() ?? .null) == .null, "a new stream has no status until one is read")
+            #expect(statusOf(try await oldRead.value) == "disabled")
+            #expect((try await recorded() ?? .null) == .null, "the old stream's status is not recorded for the new one")
         }
     }
 
