@@ -138,7 +138,7 @@ public actor StreamReceivers {
     /// Once the SET is committed: its verification states arrive (a state used by a SET never stored stays open), and a
     /// stream-updated is recorded, unless it is a redelivery: an old status must not overwrite a newer one.
     nonisolated func stored(_ token: SecurityEventToken, on stream: TransmitterStore.ReceivingStream, outcome: EventInbox.Outcome) async {
-        // The SET is committed and answered already; a failure here is not retried, so it is at least said.
+        // The SET is committed and will be acknowledged whatever happens here; nothing retries a failure, so it is said.
         func warn(_ what: String, _ error: any Error) {
             logger.warning(
                 "A stream's \(what) was not recorded", metadata: ["transmitter": "\(stream.name)", "error": "\(DatabaseErrors.describe(error))"])
