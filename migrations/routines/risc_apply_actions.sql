@@ -284,9 +284,13 @@ BEGIN
       FROM unnest(out_events, out_places, out_kinds, out_subs, out_details, out_counts, out_skipped)
            AS o(event_id, place, kind, sub, detail, n, skipped);
 
-    UPDATE risc_events
-       SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL, shadow = NOT enforce
-     WHERE id = ANY (done_events) AND status IN ('pending', 'retry');
+    -- Only a worker names events to mark done (the inbox stores them done); skipped when there are none, so the
+    -- inbox's batches do not plan an UPDATE that changes nothing.
+    IF cardinality(done_events) > 0 THEN
+        UPDATE risc_events
+           SET status = 'done', attempts = attempts + 1, completed_at = now(), last_error = NULL, shadow = NOT enforce
+         WHERE id = ANY (done_events) AND status IN ('pending', 'retry');
+    END IF;
 
     RETURN QUERY
         SELECT o.event_id, o.kind, count(*)::int8, sum(o.n)::int8

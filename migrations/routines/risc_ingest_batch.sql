@@ -31,6 +31,7 @@ CREATE OR REPLACE PROCEDURE risc_ingest_batch(
 LANGUAGE plpgsql AS $$
 DECLARE
     new_rows bigint[];
+    new_ids  bigint[];
     row_ids  bigint[];
     applied  boolean := false;
 BEGIN
@@ -40,14 +41,17 @@ BEGIN
     applied_events := NULL;
     IF apply THEN
         BEGIN
+            -- A statement whose plan does not depend on the batch's size, so PostgreSQL plans it once per session.
+            -- Before, the batch's size was part of its estimate, and it was planned again for every batch: about
+            -- 240 us each, some 20 us per SET at saturation.
+            SELECT array_agg(n.batch_index ORDER BY n.batch_index), array_agg(n.event_id ORDER BY n.batch_index)
+              INTO new_rows, new_ids
+              FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true, NOT enforce, traceparents) AS n;
             -- Each batch row's new event id, NULL for a SET already stored (its actions are not applied again).
-            WITH new AS (
-                SELECT batch_index, event_id FROM risc_insert_events(issuers, jtis, types, subs, events, claims, iats, statuses, true, NOT enforce, traceparents)
-            )
-            SELECT (SELECT array_agg(batch_index) FROM new),
-                   (SELECT array_agg(new.event_id ORDER BY b.i)
-                      FROM generate_series(1, cardinality(issuers)) AS b(i) LEFT JOIN new ON new.batch_index = b.i)
-              INTO new_rows, row_ids;
+            row_ids := array_fill(NULL::bigint, ARRAY[cardinality(issuers)]);
+            FOR i IN 1 .. coalesce(cardinality(new_rows), 0) LOOP
+                row_ids[new_rows[i]] := new_ids[i];
+            END LOOP;
             SELECT coalesce(array_agg(t.kind), '{}'), coalesce(array_agg(t.actions_recorded), '{}'),
                    coalesce(array_agg(t.rows_changed), '{}'), coalesce(array_agg(t.applied_event), '{}')
               INTO applied_kinds, applied_actions, applied_rows, applied_events
