@@ -159,18 +159,13 @@ public struct NotificationOutbox: BoundedStore {
     /// left as it is: if the dispatcher dies mid-delivery, it comes due again then, as the next attempt. Two
     /// dispatchers that reach for one row both insert its lease; the second waits for the first's commit and takes nothing.
     public func claim(subscriber: Int64, limit: Int, lease: Duration) async throws -> [Delivery] {
-        typealias Row = (
-            Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
-            String?, String?, Date?, String?, String?
-        )
+        typealias Row = ClaimDue.Row
         // Only read in the transaction, which holds the leases until it commits; the secrets are opened after.
         let rows: [Row] = try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
                 try await connection.query(Self.claimPlanSettings, logger: logger)
                 var rows: [Row] = []
-                for try await row in try await connection.query(
-                    try Self.claimQuery(subscriber: subscriber, limit: limit, lease: lease), logger: logger
-                ).decode(Row.self) {
+                for try await row in try await connection.execute(ClaimDue(subscriber: subscriber, limit: limit, lease: lease), logger: logger) {
                     rows.append(row)
                 }
                 return rows
@@ -201,46 +196,17 @@ public struct NotificationOutbox: BoundedStore {
     /// candidate. The leases are held until the dispatcher commits: one whose process freezes first, or whose network
     /// goes silent, is cut off after 30 s (a live one gives up sooner, on its own bound, and closes the connection).
     /// Not tighter: a dispatcher starved of CPU is slow between the statement and its COMMIT, and a session ended
-    /// there leaves postgres-nio waiting on the COMMIT until that bound.
+    /// there leaves postgres-nio waiting on the COMMIT until that bound. The claim is planned once per connection, in
+    /// general: its LIMIT made every plan for known values look cheaper, so it was planned again for each claim (about
+    /// 0.9 ms of PostgreSQL's CPU, tens of microseconds per notification).
     public static let claimPlanSettings: PostgresQuery = """
         SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
+               set_config('plan_cache_mode', 'force_generic_plan', true),
                set_config('idle_in_transaction_session_timeout', '30s', true)
         """
 
-    /// The claim's statement (a test reads its plan). The candidates come in the order of the pending-due index,
-    /// (subscriber_id, next_attempt_at, id), which the LIMIT stops early; "the oldest of its user" is a subquery on
-    /// the pending-order index run per candidate. Before the table's first ANALYZE, PostgreSQL planned an anti-join
-    /// here as a nested loop over every pending row, quadratic in the backlog.
-    /// That test is written `id <= (oldest)`, not `id = (oldest)` (the same, as no pending row of the user is older):
-    /// PostgreSQL takes an equality with a subquery to keep one row in thousands, and then reads every pending row and
-    /// sorts them rather than walk the index, so each claim cost as much as the whole backlog (87 ms at 14,000).
-    /// A lease left by an attempt that never recorded its outcome (its dispatcher died) still counts that attempt.
-    public static func claimQuery(subscriber: Int64, limit: Int, lease: Duration) throws -> PostgresQuery {
-        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
-        return try """
-        WITH due AS (
-            SELECT n.id, greatest(n.attempts, coalesce(l.attempt, 0)) + 1 AS attempt
-            FROM risc_notifications n LEFT JOIN risc_notification_leases l ON l.notification_id = n.id
-            WHERE n.status = \(NotificationStatus.pending) AND n.subscriber_id = \(subscriber) AND n.next_attempt_at <= now()
-              AND (l.until IS NULL OR l.until <= now())
-              AND n.id <= (
-                  SELECT head.id FROM risc_notifications head
-                  WHERE head.status = \(NotificationStatus.pending) AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
-                  ORDER BY head.id LIMIT 1)
-            ORDER BY n.next_attempt_at, n.id LIMIT \(limit)
-        ), leased AS (
-            INSERT INTO risc_notification_leases AS l (notification_id, attempt, until)
-            SELECT id, attempt, now() + make_interval(secs => \(leaseSeconds)) FROM due
-            ON CONFLICT (notification_id) DO UPDATE SET attempt = EXCLUDED.attempt, until = EXCLUDED.until WHERE l.until <= now()
-            RETURNING l.notification_id, l.attempt
-        )
-        SELECT n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
-               leased.attempt, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
-               CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
-               n.traceparent, n.event_issued_at, n.transmitter, n.subject::text
-        FROM leased JOIN risc_notifications n ON n.id = leased.notification_id JOIN risc_subscribers s ON s.id = n.subscriber_id
-        """
-    }
+    /// The claim's statement, for a test that reads its plan.
+    public static var claimSQL: String { ClaimDue.sql }
 
     /// What became of one attempt, for `record`.
     public enum Outcome: Sendable {
@@ -260,50 +226,117 @@ public struct NotificationOutbox: BoundedStore {
     @discardableResult
     public func record(_ outcomes: [(id: Int64, attempt: Int, outcome: Outcome)]) async throws -> Int {
         guard !outcomes.isEmpty else { return 0 }
-        let statuses = outcomes.map { item -> NotificationStatus in
-            switch item.outcome {
-            case .delivered: .delivered
-            case .retry: .pending
-            case .dead: .dead
-            }
-        }
-        // Empty for none: a delivered attempt clears the last error.
-        let errors = outcomes.map { item -> String? in
-            switch item.outcome {
-            case .delivered: nil
-            case .retry(_, let error), .dead(let error): error
-            }
-        }
-        let delays = outcomes.map { item -> Double in
-            if case .retry(let after, _) = item.outcome { return after }
-            return 0
+        let rows = outcomes.map { item -> JSONValue in
+            // A retry is due again after its delay; a delivered attempt clears the last error.
+            let (status, error, delay): (NotificationStatus, String?, Double) =
+                switch item.outcome {
+                case .delivered: (.delivered, nil, 0)
+                case .retry(let after, let error): (.pending, error, after)
+                case .dead(let error): (.dead, error, 0)
+                }
+            return [
+                "id": .number(Double(item.id)), "attempt": .number(Double(item.attempt)), "status": .string(status.rawValue),
+                "error": error.map(JSONValue.string) ?? .null, "delay": .number(delay),
+            ]
         }
         return try await bounded { connection in
             var recorded = 0
-            for try await count in try await connection.query(
-                """
-                WITH d AS (
-                    SELECT * FROM unnest(\(outcomes.map(\.id)), \(outcomes.map { Int32($0.attempt) }), \(statuses.map(\.rawValue)),
-                                         \(errors.map { $0 ?? "" }), \(delays)) AS d(id, attempt, status, error, delay)
-                ), ended AS (
-                    DELETE FROM risc_notification_leases l USING d
-                    WHERE l.notification_id = d.id AND l.attempt = d.attempt
-                    RETURNING d.*
-                ), done AS (
-                    UPDATE risc_notifications n
-                    SET status = ended.status, attempts = ended.attempt, last_attempt_at = now(), last_error = NULLIF(ended.error, ''),
-                        delivered_at = CASE WHEN ended.status = \(NotificationStatus.delivered) THEN now() END,
-                        next_attempt_at = CASE WHEN ended.status = \(NotificationStatus.pending)
-                                               THEN now() + make_interval(secs => ended.delay) ELSE n.next_attempt_at END
-                    FROM ended WHERE n.id = ended.id AND n.status = \(NotificationStatus.pending)
-                    RETURNING 1
-                )
-                SELECT count(*)::int8 FROM done
-                """, logger: logger
-            ).decode(Int64.self) {
+            for try await count in try await connection.execute(RecordOutcomes(outcomes: JSONValue.array(rows).serialized), logger: logger) {
                 recorded = Int(count)
             }
             return recorded
         }
     }
+}
+
+/// The claim, prepared once per connection and planned once, in general (`claimPlanSettings`; a test reads its plan).
+/// The candidates come in the order of the pending-due index, (subscriber_id, next_attempt_at, id), which the LIMIT
+/// stops early; "the oldest of its user" is a subquery on the pending-order index run per candidate. Before the table's
+/// first ANALYZE, PostgreSQL planned an anti-join here as a nested loop over every pending row, quadratic in the backlog.
+/// That test is written `id <= (oldest)`, not `id = (oldest)` (the same, as no pending row of the user is older):
+/// PostgreSQL takes an equality with a subquery to keep one row in thousands, and then reads every pending row and
+/// sorts them rather than walk the index, so each claim cost as much as the whole backlog (87 ms at 14,000).
+/// A lease left by an attempt that never recorded its outcome (its dispatcher died) still counts that attempt.
+/// The status is written into the text, not bound: a plan made for any value of a parameter cannot use the partial
+/// indexes of pending rows.
+struct ClaimDue: PostgresPreparedStatement {
+    static let sql = """
+        WITH due AS (
+            SELECT n.id, greatest(n.attempts, coalesce(l.attempt, 0)) + 1 AS attempt
+            FROM risc_notifications n LEFT JOIN risc_notification_leases l ON l.notification_id = n.id
+            WHERE n.status = '\(NotificationStatus.pending.rawValue)' AND n.subscriber_id = $1 AND n.next_attempt_at <= now()
+              AND (l.until IS NULL OR l.until <= now())
+              AND n.id <= (
+                  SELECT head.id FROM risc_notifications head
+                  WHERE head.status = '\(NotificationStatus.pending.rawValue)' AND head.subscriber_id = n.subscriber_id AND head.sub = n.sub
+                  ORDER BY head.id LIMIT 1)
+            ORDER BY n.next_attempt_at, n.id LIMIT $2
+        ), leased AS (
+            INSERT INTO risc_notification_leases AS l (notification_id, attempt, until)
+            SELECT id, attempt, now() + make_interval(secs => $3) FROM due
+            ON CONFLICT (notification_id) DO UPDATE SET attempt = EXCLUDED.attempt, until = EXCLUDED.until WHERE l.until <= now()
+            RETURNING l.notification_id, l.attempt
+        )
+        SELECT n.id, n.webhook_id, n.kind, n.sub, n.count, n.event_id, n.event_jti, n.event_type, n.occurred_at,
+               leased.attempt, s.id, s.url, s.secret, s.secret_sealed, s.secret_key_id,
+               CASE WHEN s.previous_secret_until > now() THEN s.previous_secret_sealed END, s.previous_secret_key_id,
+               n.traceparent, n.event_issued_at, n.transmitter, n.subject::text
+        FROM leased JOIN risc_notifications n ON n.id = leased.notification_id JOIN risc_subscribers s ON s.id = n.subscriber_id
+        """
+
+    typealias Row = (
+        Int64, String, String, String, Int32, Int64, String, String, Date, Int32, Int64, String, String?, Data?, String?, Data?,
+        String?, String?, Date?, String?, String?
+    )
+
+    let subscriber: Int64
+    let limit: Int
+    let lease: Duration
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(subscriber)
+        bindings.append(limit)
+        bindings.append(Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+}
+
+/// `record`'s statement, prepared once per connection. The outcomes come as one JSON array: PostgreSQL estimates the
+/// rows of `jsonb_to_recordset` the same whatever it holds, so it keeps one plan; the row count of an array parameter
+/// is part of the estimate, which made each statement be planned again (about 0.5 ms of its CPU, each time).
+struct RecordOutcomes: PostgresPreparedStatement {
+    static let sql = """
+        WITH d AS (
+            SELECT * FROM jsonb_to_recordset($1::jsonb) AS d(id bigint, attempt integer, status text, error text, delay float8)
+        ), ended AS (
+            DELETE FROM risc_notification_leases l USING d
+            WHERE l.notification_id = d.id AND l.attempt = d.attempt
+            RETURNING d.*
+        ), done AS (
+            UPDATE risc_notifications n
+            SET status = ended.status, attempts = ended.attempt, last_attempt_at = now(), last_error = NULLIF(ended.error, ''),
+                delivered_at = CASE WHEN ended.status = '\(NotificationStatus.delivered.rawValue)' THEN now() END,
+                next_attempt_at = CASE WHEN ended.status = '\(NotificationStatus.pending.rawValue)'
+                                       THEN now() + make_interval(secs => ended.delay) ELSE n.next_attempt_at END
+            FROM ended WHERE n.id = ended.id AND n.status = '\(NotificationStatus.pending.rawValue)'
+            RETURNING 1
+        )
+        SELECT count(*)::int8 FROM done
+        """
+
+    typealias Row = Int64
+
+    /// `[{"id", "attempt", "status", "error", "delay"}]`.
+    let outcomes: String
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(outcomes)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Int64.self) }
 }
