@@ -30,7 +30,7 @@ extension Harness {
     /// Signs in and returns the session token, expecting success.
     func newSession(sub: String) async throws -> String {
         let reply = try await signIn(sub: sub)
-        #expect(reply.status == 200, "\(reply.body)")
+        #expect(reply.status == 200, "\(reply.body)\n\(warnings.recent)")
         return try #require(reply.json["session_token"]?.stringValue)
     }
 
@@ -94,7 +94,7 @@ extension Harness {
         request.target = eventsURL
         configure(&request)
         let delivery = try await transmitter.send(request)
-        #expect(delivery.status == 202, "\(delivery.body)")
+        #expect(delivery.status == 202, "\(delivery.body)\n\(warnings.recent)")
         return try #require(delivery.jti)
     }
 

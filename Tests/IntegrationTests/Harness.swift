@@ -13,6 +13,7 @@ import RISCServer
 import RISCStore
 import RISCWorker
 import ServiceLifecycle
+import Synchronization
 import Testing
 
 /// A running receiver and development transmitter on loopback, against a real PostgreSQL database.
@@ -55,6 +56,8 @@ struct Harness {
     let database: PostgresClient
     /// The database the receiver uses, for child processes (CLI commands).
     let databaseURL: String
+    /// What the receiver logged at warning or above: a failed expectation on a 5xx shows the service's reason.
+    let warnings: LoggedWarnings
 
     var eventsURL: String { receiverURL + "/risc/events" }
 
@@ -74,6 +77,8 @@ struct Harness {
     /// Starts everything, runs `body`, and shuts everything down again.
     static func with(_ options: Options = Options(), _ body: (Harness) async throws -> Void) async throws {
         let logger = Self.logger
+        let warnings = LoggedWarnings()
+        let serviceLogger = warnings.logger(alongside: logger)
         let database = PostgresClient(configuration: try DatabaseURL.configuration(from: options.databaseURL), backgroundLogger: logger)
         let transmitter = try await DevTransmitter(settings: .init(port: 0, audience: audience), logger: logger)
         let (transmitterPorts, transmitterPort) = AsyncStream.makeStream(of: Int.self)
@@ -108,13 +113,13 @@ struct Harness {
             var inboxSettings = EventInbox.Settings()
             inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt
             let dependencies = try ServiceDependencies(
-                configuration: receiverConfiguration, logger: logger, inboxSettings: inboxSettings,
+                configuration: receiverConfiguration, logger: serviceLogger, inboxSettings: inboxSettings,
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval, keyClock: options.keyClock)
             var workers: [any Service] = []
             if options.worker {
                 var factory = BackgroundServices(receiverConfiguration)
                 factory.worker.pollInterval = .milliseconds(200)
-                workers.append(factory.makeWorker(client: dependencies.postgres, logger: logger))
+                workers.append(factory.makeWorker(client: dependencies.postgres, logger: serviceLogger))
             }
             if options.poller {
                 let store = TransmitterStore(
@@ -134,7 +139,7 @@ struct Harness {
                         inbox: dependencies.inbox, settings: settings, logger: logger))
             }
             let receiverApp = buildApplication(
-                configuration: receiverConfiguration, dependencies: dependencies, logger: logger, extraServices: workers,
+                configuration: receiverConfiguration, dependencies: dependencies, logger: serviceLogger, extraServices: workers,
                 onServerRunning: { channel in receiverPort.yield(channel.localAddress?.port ?? 0) })
             let receiverGroup = ServiceGroup(configuration: .init(services: [.init(service: receiverApp)], logger: logger))
             tasks.addTask { try await receiverGroup.run() }
@@ -142,7 +147,8 @@ struct Harness {
             let port = await receiverPortsIterator.next()!
 
             let harness = Harness(
-                transmitter: transmitter, receiverURL: "http://127.0.0.1:\(port)", database: database, databaseURL: options.databaseURL)
+                transmitter: transmitter, receiverURL: "http://127.0.0.1:\(port)", database: database, databaseURL: options.databaseURL,
+                warnings: warnings)
             do {
                 try await body(harness)
             } catch {
@@ -299,5 +305,44 @@ func serving<T: Sendable>(_ transmitter: DevTransmitter, _ body: @Sendable () as
         await group.triggerGracefulShutdown()
         try await tasks.waitForAll()
         return result
+    }
+}
+
+/// The receiver's warnings and errors, kept in memory: the tests log nothing by default, and a 503 alone does not
+/// say whether the keys or the database were unavailable, nor why.
+final class LoggedWarnings: Sendable {
+    private let lines = Mutex<[String]>([])
+
+    /// The last few, oldest first, for an expectation's message.
+    var recent: String { lines.withLock { $0.suffix(5).joined(separator: "\n") } }
+
+    /// `base` as it was, and every warning or error also kept here.
+    func logger(alongside base: Logger) -> Logger {
+        // Each handler keeps its own level: the test's stays as quiet as LOG_LEVEL asks.
+        Logger(label: base.label) { _ in MultiplexLogHandler([base.handler, Recorder(lines: self)]) }
+    }
+
+    fileprivate func append(_ line: String) {
+        lines.withLock { lines in
+            lines.append(line)
+            if lines.count > 50 { lines.removeFirst(lines.count - 50) }
+        }
+    }
+
+    private struct Recorder: LogHandler {
+        let lines: LoggedWarnings
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .warning
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let merged = metadata.merging(event.metadata ?? [:]) { $1 }
+            let fields = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            lines.append("\(event.level) \(event.message) \(fields)")
+        }
     }
 }

@@ -570,22 +570,32 @@ struct NotificationTests {
     @Test("A slow subscriber, or one that never answers, does not hold up another's notifications")
     func slowSubscriberDoesNotStarveOthers() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
-            let slow = TestSubscriber { _, _ in .hang(.seconds(9)) }
+            // The slow one holds each delivery a minute, within the dispatcher's timeout: far longer than a loaded
+            // machine ever delays the healthy one.
+            let slow = TestSubscriber { _, _ in .hang(.seconds(60)) }
             let healthy = TestSubscriber()
+            let settings = {
+                var settings = NotificationDispatcher.Settings.fast
+                settings.timeout = .seconds(90)
+                return settings
+            }()
             try await slow.serving { slowURL in
                 try await healthy.serving { healthyURL in
                     _ = try await harness.addSubscriber(slow, url: slowURL)
                     _ = try await harness.addSubscriber(healthy, url: healthyURL)
-                    try await withDispatchers(client: harness.database) {
+                    try await withDispatchers(client: harness.database, settings: settings) {
+                        // The held deliveries end before the dispatcher drains them at shutdown.
+                        defer { slow.finished.store(true, ordering: .relaxed) }
                         // Many users: each has a notification of its own to each subscriber, all due at once.
                         for index in 0..<40 {
                             _ = try await harness.send("sessions-revoked", sub: "starved-\(index)-\(UUID().uuidString)")
                         }
-                        // A healthy subscriber answers at once; the slow one holds each of its deliveries 9 s. Sharing
-                        // slots, the healthy one's notifications waited those 9 s behind the slow one's.
-                        try await eventually("the healthy subscriber has every notification", timeout: .seconds(6)) {
+                        // Sharing slots, the healthy one's notifications would wait that minute behind the slow one's.
+                        try await eventually("the healthy subscriber has every notification", timeout: .seconds(30)) {
                             healthy.accepted.withLock { $0.count } == 40
                         }
+                        // Many held at once: the slots they fill are not the healthy one's.
+                        try await eventually("the slow subscriber holds many deliveries") { slow.deliveries.count >= 10 }
                     }
                 }
             }
