@@ -65,6 +65,13 @@ pg_createdb "$main_port" risc_test
 pg_createdb "$outage_port" risc_test
 
 # The main cluster is shared by all tests; the outage cluster is the one tests may stop and start.
+# Both go when the run ends, so a test leaves the databases it made: PostgreSQL 15's DROP DATABASE waits for an
+# immediate checkpoint of the whole cluster, and at the suite's peak every other test's commits waited on it.
+export RISC_TEST_CLUSTER_DISPOSABLE=1
+# Swift Testing starts every test at once unless told otherwise, and most of them run a transmitter, a receiver and
+# their pools in this one process. On 2 cores the stalls at that peak ran past the tests' deadlines (a sign-in's
+# 15 s, a request's 30 s). At most this many run at a time (a variable the caller may set).
+export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-32}
 export RISC_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$main_port/risc_test?sslmode=disable"
 export RISC_TEST_OUTAGE_DATABASE_URL="postgres://postgres@127.0.0.1:$outage_port/risc_test?sslmode=disable"
 export RISC_TEST_OUTAGE_STOP="$(declare -f pg_bin pg_as_owner pg_stop); pg_stop '$work/outage'"

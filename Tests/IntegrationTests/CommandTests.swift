@@ -196,7 +196,7 @@ struct CommandTests {
         try await admin.whileRunning(timeout: .seconds(120)) { admin in
             try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
             try await Self.migrate(databaseURL: adminURL.replacingOccurrences(of: "/risc_test?", with: "/\(name)?"))
-            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+            try await IsolatedDatabase.drop(name, admin: admin)
         }
     }
 
@@ -230,7 +230,7 @@ struct CommandTests {
             #expect(status == 0, "\(output)")
             let everything = onDisk.migrations.map(\.version) + onDisk.routines.map { "routines/\($0.version)" }
             #expect(output.contains("Applied \(everything.joined(separator: ", "))."), "\(output)")
-            try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"), logger: logger)
+            try await IsolatedDatabase.drop(name, admin: admin)
         }
     }
 

@@ -74,6 +74,36 @@ struct Harness {
         return logger
     }
 
+    /// Each database is migrated once per test process, and marked so when IsolatedDatabase made it: the suites'
+    /// receivers start together, and each migrating in turn under the migrator's lock queued them for a minute at the
+    /// suite's peak. A failed migration is not kept: the next receiver tries again.
+    static func migrateOnce(_ url: String) async throws {
+        let migration = migrations.withLock { migrations in
+            if let running = migrations[url] { return running }
+            let migration = Task<Void, any Error> {
+                let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: logger)
+                _ = try await client.whileRunning(timeout: .seconds(240)) { client in
+                    try await Migrator(directory: repositoryRoot.appendingPathComponent("migrations").path)
+                        .migrate(client: client, logger: logger)
+                }
+            }
+            migrations[url] = migration
+            return migration
+        }
+        do {
+            try await migration.value
+        } catch {
+            migrations.withLock { migrations in migrations[url] = nil }
+            throw error
+        }
+    }
+
+    static func markMigrated(_ url: String) {
+        migrations.withLock { migrations in migrations[url] = Task {} }
+    }
+
+    private static let migrations = Mutex<[String: Task<Void, any Error>]>([:])
+
     /// Starts everything, runs `body`, and shuts everything down again.
     static func with(_ options: Options = Options(), _ body: (Harness) async throws -> Void) async throws {
         let logger = Self.logger
@@ -97,8 +127,7 @@ struct Harness {
             var ports = transmitterPorts.makeAsyncIterator()
             _ = await ports.next()
             if options.keysOutageAtStart { transmitter.setKeysOutage(true) }
-            try await Migrator(directory: repositoryRoot.appendingPathComponent("migrations").path)
-                .migrate(client: database, logger: logger)
+            try await migrateOnce(options.databaseURL)
 
             var receiverConfiguration = configuration
             receiverConfiguration.riscConfigurationURL = transmitter.discoveryURL
@@ -195,10 +224,19 @@ struct Harness {
         request.method = .POST
         if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
         request.body = .bytes(ByteBuffer(string: body))
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let response = try await Self.transmitterClient.execute(request, timeout: .seconds(30))
         let data = try await response.body.collect(upTo: 1 << 20)
         return Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
     }
+
+    /// The client SETs are pushed with. A transmitter sends many at once: AsyncHTTPClient's default of 8 connections
+    /// a host made a test's 200 concurrent SETs queue 25 deep, each waiting out the commits before it within its own
+    /// 30 s deadline, and the test checked 8 at a time.
+    static let transmitterClient: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 64
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
 
     /// Signs a fresh SET (new jti, new user) and POSTs it.
     func postNewSET(_ type: String = "sessions-revoked") async throws -> Reply {
