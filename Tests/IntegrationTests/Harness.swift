@@ -93,7 +93,8 @@ struct Harness {
         do {
             try await migration.value
         } catch {
-            migrations.withLock { migrations in migrations[url] = nil }
+            // Unless a later receiver has already started another try.
+            migrations.withLock { migrations in if migrations[url] == migration { migrations[url] = nil } }
             throw error
         }
     }
@@ -229,9 +230,9 @@ struct Harness {
         return Reply(status: Int(response.status.code), headers: response.headers, body: String(buffer: data))
     }
 
-    /// The client SETs are pushed with. A transmitter sends many at once: AsyncHTTPClient's default of 8 connections
-    /// a host made a test's 200 concurrent SETs queue 25 deep, each waiting out the commits before it within its own
-    /// 30 s deadline, and the test checked 8 at a time.
+    /// The client SETs are pushed with. A transmitter sends many at once: with AsyncHTTPClient's default of 8
+    /// connections a host, a test's 200 concurrent SETs queued 25 deep, each waiting out the commits before it within
+    /// its own 30 s deadline, and no more than 8 were ever in flight together.
     static let transmitterClient: HTTPClient = {
         var configuration = HTTPClient.Configuration()
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 64

@@ -72,7 +72,7 @@ struct IngestionTests {
                 for token in tokens {
                     group.addTask {
                         let reply = try await harness.post(token)
-                        #expect(reply.status == 202)
+                        #expect(reply.status == 202, "\(reply.body)\n\(harness.warnings.recent)")
                         // The row is visible as soon as the 202 arrives.
                         #expect(try await harness.stored(jti: jti(of: token)).count == 1)
                     }

@@ -45,7 +45,7 @@ struct TraceCollector {
         return found
     }
 
-    /// The export settings of a test: a short batch delay, and short timeouts for a collector that is down.
+    /// The export settings of a test: a short batch delay, and a short export timeout.
     func environment(_ extra: [String: String] = [:]) -> [String: String] {
         ["OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_EXPORTER_OTLP_TIMEOUT": "2000"].merging(extra) { $1 }
     }
@@ -351,7 +351,7 @@ struct TracingTests {
         router.post("/v1/traces") { _, _ -> Response in
             collector.exports.add(1, ordering: .relaxed)
             // Held until the test is done, so that shutting the stand-in down does not wait for it.
-            while !collector.finished.load(ordering: .relaxed) { try? await Task.sleep(for: .milliseconds(50)) }
+            while !collector.finished.load(ordering: .relaxed) && !Task.isCancelled { try? await Task.sleep(for: .milliseconds(50)) }
             return Response(status: .ok)
         }
         try await servingLocally(router) { endpoint in
@@ -366,16 +366,32 @@ struct TracingTests {
                 @Sendable func sendSET() async throws {
                     let set = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: "hung-collector-\(UUID().uuidString)"))
                     let started = ContinuousClock.now
-                    let reply = try await client.send(.POST, "/risc/events", body: set, contentType: "application/secevent+jwt")
+                    let reply = try await client.send(
+                        .POST, "/risc/events", body: set, contentType: "application/secevent+jwt", timeout: .seconds(90))
                     #expect(reply.status == 202)
                     // Far from both sides: a loaded machine has taken 6 s; a wait on the export takes 600 s.
                     #expect(ContinuousClock.now - started < .seconds(60))
                 }
-                // Tracing is on: a request's span reaches the collector, and that export hangs from then on.
+                // Tracing is on: spans reach the collector, and that export hangs from then on.
                 try await sendSET()
                 try await eventually("an export has reached the collector") { collector.exports.load(ordering: .relaxed) >= 1 }
                 for _ in 0..<20 { try await sendSET() }
                 #expect(try await client.send(.GET, "/readyz").status == 200)
+            }
+        }
+    }
+
+    @Test("A collector that is down: the export fails with a warning, and the SET is answered")
+    func downCollector() async throws {
+        // Nothing listens there; each export fails within its 1 s timeout.
+        let environment = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(freePort())", "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_EXPORTER_OTLP_TIMEOUT": "1000",
+        ]
+        try await ServeProcess.with(environment: environment) { serve, transmitter in
+            let set = try await transmitter.makeSET(SETRequest(type: "sessions-revoked", sub: "down-collector-\(UUID().uuidString)"))
+            #expect(try await Client(base: serve.url).send(.POST, "/risc/events", body: set, contentType: "application/secevent+jwt").status == 202)
+            try await eventually("the exporter warns that the collector is down", timeout: .seconds(30)) {
+                serve.log.lowercased().contains("failed to export")
             }
         }
     }

@@ -69,7 +69,7 @@ struct IsolatedDatabase {
     }
 
     /// A new database on the test cluster while `body` runs (empty, or a copy of `template`), dropped afterwards
-    /// however `body` ends, unless `drop` is false.
+    /// however `body` ends, unless `drop` is false or the cluster is disposable (`dropsDatabases`).
     static func withNewDatabase(
         prefix: String, template: String? = nil, drop: Bool = true, _ body: @escaping @Sendable (String) async throws -> Void
     ) async throws {
