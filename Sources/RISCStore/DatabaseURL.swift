@@ -68,7 +68,8 @@ public enum DatabaseURL {
     /// The logger to give postgres-nio's pool: never below debug. At trace it logs every message it sends and
     /// receives, bound values and rows included: session rows, subscribers' secrets, claims.
     public static func poolLogger(_ logger: Logger) -> Logger {
-        var poolLogger = logger
+        let handler = logger.handler
+        var poolLogger = Logger(label: logger.label) { _ in EarlyLeaseFilter(wrapped: handler) }
         poolLogger.logLevel = max(logger.logLevel, .debug)
         return poolLogger
     }
@@ -193,5 +194,38 @@ public enum DatabaseURL {
         if error.code == .sslUnsupported { return "the server does not support TLS (sslmode=require)" }
         if let underlying = error.underlying { return describeNetwork(underlying) }
         return String(describing: error.code)
+    }
+}
+
+/// Drops postgres-nio's warning that a connection was leased before `PostgresClient.run()`: the lease waits for
+/// `run()`, so nothing is wrong. `whileRunning` starts its body once `run()` is called, but on another thread `run()`
+/// may not have marked the client running yet; under load a command's standard error carried the warning.
+struct EarlyLeaseFilter: LogHandler {
+    static let message = "Trying to lease connection from `PostgresClient`, but `PostgresClient.run()` hasn't been called yet."
+    var wrapped: any LogHandler
+
+    func log(event: LogEvent) {
+        guard event.message.description != Self.message else { return }
+        wrapped.log(event: event)
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { wrapped[metadataKey: key] }
+        set { wrapped[metadataKey: key] = newValue }
+    }
+
+    var metadata: Logger.Metadata {
+        get { wrapped.metadata }
+        set { wrapped.metadata = newValue }
+    }
+
+    var logLevel: Logger.Level {
+        get { wrapped.logLevel }
+        set { wrapped.logLevel = newValue }
+    }
+
+    var metadataProvider: Logger.MetadataProvider? {
+        get { wrapped.metadataProvider }
+        set { wrapped.metadataProvider = newValue }
     }
 }

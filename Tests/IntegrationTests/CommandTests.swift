@@ -34,6 +34,29 @@ func runRiscReceiver(_ arguments: [String], environment: [String: String]) async
 
 @Suite("Configuration errors and migrations")
 struct CommandTests {
+    @Test("A connection leased before the pool runs waits for it, with no warning: a command's output stays clean")
+    func leaseBeforeRun() async throws {
+        let logged = LoggedWarnings()
+        let client = PostgresClient(
+            configuration: try DatabaseURL.configuration(from: Harness.environment("RISC_TEST_DATABASE_URL")),
+            backgroundLogger: DatabaseURL.poolLogger(logged.logger()))
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                try await client.withConnection { _ in }
+                return true
+            }
+            // The lease is asked for first, as `whileRunning`'s body may be when `run()` has not marked the client yet.
+            try await Task.sleep(for: .milliseconds(200))
+            group.addTask {
+                await client.run()
+                return false
+            }
+            #expect(try await group.next() == true)
+            group.cancelAll()
+        }
+        #expect(!logged.contains("run()"), "\(logged.recent)")
+    }
+
     /// Each bad value is checked in-process (ConfigurationTests); this shows what one does to the process, through
     /// both paths: `serve` reading ServiceConfiguration, and another command reading its logging settings.
     @Test(

@@ -361,6 +361,11 @@ final class LoggedWarnings: Sendable {
         Logger(label: base.label) { _ in MultiplexLogHandler([base.handler, Recorder(lines: self)]) }
     }
 
+    /// A logger that keeps everything it is given at or above its level, alone.
+    func logger() -> Logger { Logger(label: "recorded") { _ in Recorder(lines: self) } }
+
+    func contains(_ text: String) -> Bool { lines.withLock { $0.contains { $0.contains(text) } } }
+
     fileprivate func append(_ line: String) {
         lines.withLock { lines in
             lines.append(line)
