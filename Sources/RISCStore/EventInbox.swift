@@ -294,7 +294,7 @@ public final class EventInbox: Service, Sendable {
     {
         var stored = Set<EventKey>()
         var applied: AppliedActions?
-        for try await (positions, kinds, actions, rows, eventIDs) in try await connection.execute(
+        for try await (positions, kinds, actions, rows, eventIDs) in try await connection.executePrepared(
             StoreEvents(events, apply: settings.applyOnReceipt, enforce: settings.enforce), logger: logger)
         {
             for position in positions ?? [] where position >= 1 && position <= events.count {

@@ -165,7 +165,9 @@ public struct NotificationOutbox: BoundedStore {
             try await connection.transaction(logger: logger) { connection in
                 try await connection.query(Self.claimPlanSettings, logger: logger)
                 var rows: [Row] = []
-                for try await row in try await connection.execute(ClaimDue(subscriber: subscriber, limit: limit, lease: lease), logger: logger) {
+                for try await row in try await connection.executePrepared(
+                    ClaimDue(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
+                {
                     rows.append(row)
                 }
                 return rows
@@ -241,7 +243,7 @@ public struct NotificationOutbox: BoundedStore {
         }
         return try await bounded { connection in
             var recorded = 0
-            for try await count in try await connection.execute(RecordOutcomes(outcomes: JSONValue.array(rows).serialized), logger: logger) {
+            for try await count in try await connection.executePrepared(RecordOutcomes(outcomes: JSONValue.array(rows).serialized), logger: logger) {
                 recorded = Int(count)
             }
             return recorded

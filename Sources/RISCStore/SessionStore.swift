@@ -172,7 +172,7 @@ public struct SessionStore: Sendable {
 
     private func lookupInDatabase(_ hash: Data, now: Date, on connection: PostgresConnection) async throws -> Lookup {
         let epoch = cache?.currentEpoch()
-        for try await row in try await connection.execute(LookupSession(hash: hash), logger: logger) {
+        for try await row in try await connection.executePrepared(LookupSession(hash: hash), logger: logger) {
             if row.revoked { return .revoked }
             // Not remembered: a revocation may still reach an expired session, and its answer becomes session_revoked.
             guard row.expiresAt > now else { return .invalid }

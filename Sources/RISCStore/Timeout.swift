@@ -138,7 +138,15 @@ extension PostgresClient {
             return try await withTimeout(timeout) {
                 try await self.withConnection { connection in
                     try lease.hold(connection)
-                    return try await body(connection)
+                    let preparation = PreparationFailure()
+                    do {
+                        return try await PreparationFailure.$current.withValue(preparation) { try await body(connection) }
+                    } catch {
+                        // Once the body is done (a transaction's ROLLBACK written to a closed connection would never
+                        // be answered), and before the pool can lease the connection again.
+                        if preparation.happened { try? await connection.close() }
+                        throw error
+                    }
                 }
             }
         } catch let error as TimeoutError {
@@ -158,6 +166,18 @@ extension PostgresClient {
             try await connection.transaction(logger: logger) { connection in try await body(connection) }
         }
     }
+}
+
+/// Whether a prepared statement failed on the connection of the `withConnection(timeout:)` body running now
+/// (`executePrepared`): that connection is closed once the body is done.
+final class PreparationFailure: Sendable {
+    @TaskLocal static var current: PreparationFailure?
+
+    private let failed = Atomic<Bool>(false)
+
+    var happened: Bool { failed.load(ordering: .relaxed) }
+
+    func record() { failed.store(true, ordering: .relaxed) }
 }
 
 /// The connection an operation leased, closed if the operation is given up on; a lease granted after that is

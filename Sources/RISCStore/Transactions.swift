@@ -29,6 +29,23 @@ extension PostgresConnection {
 }
 
 extension PostgresConnection {
+    /// `execute` of a prepared statement, within `PostgresClient.withConnection(timeout:)`, which closes this
+    /// connection once its body is done if this throws: postgres-nio 1.33.2 keeps a statement whose preparation
+    /// failed failed for as long as its connection lives, and answers every later call with that error without
+    /// asking the server. One refused preparation (a table renamed for a moment, a statement an operator cancelled)
+    /// would then fail that statement on this connection for good; closed, the pool replaces it. Errors while
+    /// reading the rows come after a preparation that succeeded, and keep the connection.
+    func executePrepared<Statement: PostgresPreparedStatement>(
+        _ statement: Statement, logger: Logger
+    ) async throws -> AsyncThrowingMapSequence<PostgresRowSequence, Statement.Row> {
+        do {
+            return try await execute(statement, logger: logger)
+        } catch {
+            PreparationFailure.current?.record()
+            throw error
+        }
+    }
+
     /// Every row of a one-column query, decoded, in the order the query gives them.
     func values<Value: PostgresDecodable & Sendable>(_ query: PostgresQuery, as type: Value.Type, logger: Logger) async throws -> [Value] {
         var values: [Value] = []
