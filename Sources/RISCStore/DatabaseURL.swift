@@ -69,7 +69,7 @@ public enum DatabaseURL {
     /// receives, bound values and rows included: session rows, subscribers' secrets, claims.
     public static func poolLogger(_ logger: Logger) -> Logger {
         let handler = logger.handler
-        var poolLogger = Logger(label: logger.label) { _ in EarlyLeaseFilter(wrapped: handler) }
+        var poolLogger = Logger(label: logger.label) { _ in EarlyLeaseFilter(wrapping: handler) }
         poolLogger.logLevel = max(logger.logLevel, .debug)
         return poolLogger
     }
@@ -203,6 +203,15 @@ public enum DatabaseURL {
 struct EarlyLeaseFilter: LogHandler {
     static let message = "Trying to lease connection from `PostgresClient`, but `PostgresClient.run()` hasn't been called yet."
     var wrapped: any LogHandler
+    /// The pool logger's own: `Logger` checks it before calling `log`, and the wrapped handler, which does not check
+    /// again, still adds its own provider's metadata to each line it writes.
+    var logLevel: Logger.Level
+    var metadataProvider: Logger.MetadataProvider?
+
+    init(wrapping handler: any LogHandler) {
+        wrapped = handler
+        logLevel = handler.logLevel
+    }
 
     func log(event: LogEvent) {
         guard event.message.description != Self.message else { return }
@@ -217,15 +226,5 @@ struct EarlyLeaseFilter: LogHandler {
     var metadata: Logger.Metadata {
         get { wrapped.metadata }
         set { wrapped.metadata = newValue }
-    }
-
-    var logLevel: Logger.Level {
-        get { wrapped.logLevel }
-        set { wrapped.logLevel = newValue }
-    }
-
-    var metadataProvider: Logger.MetadataProvider? {
-        get { wrapped.metadataProvider }
-        set { wrapped.metadataProvider = newValue }
     }
 }
