@@ -31,21 +31,27 @@ struct CountedDatabase {
     func scans() async throws -> [String: Int] {
         let client = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: Harness.logger)
         return try await client.whileRunning(timeout: .seconds(60)) { client in
-            // Whatever is left of a killed `serve` is ended now: a loaded machine was seen taking over 30 s to notice
-            // it had gone, and an ended backend reports its counts as it exits.
-            try await client.query(
-                """
-                SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
-                """)
-            try await eventually("every other client of the database has gone", timeout: .seconds(30)) {
-                let others = try await client.query(
+            // One connection for all of it: `pid <> pg_backend_pid()` leaves out only the connection asking, so a
+            // second one of this pool (opened while the first was still held by an unread result) was counted as
+            // another client, and stayed until its idle timeout.
+            try await client.withConnection { connection in
+                // Whatever is left of a killed `serve` is ended now: a loaded machine was seen taking over 30 s to
+                // notice it had gone, and an ended backend reports its counts as it exits.
+                _ = try await connection.query(
                     """
-                    SELECT count(*)::int8 FROM pg_stat_activity
+                    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                     WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
-                    """
-                ).collect().first?.decode(Int64.self)
-                return others == 0
+                    """, logger: Harness.logger
+                ).collect()
+                try await eventually("every other client of the database has gone", timeout: .seconds(30)) {
+                    let others = try await connection.query(
+                        """
+                        SELECT count(*)::int8 FROM pg_stat_activity
+                        WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+                        """, logger: Harness.logger
+                    ).collect().first?.decode(Int64.self)
+                    return others == 0
+                }
             }
             var scans: [String: Int] = [:]
             let rows = try await client.query(
