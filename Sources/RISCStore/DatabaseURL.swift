@@ -95,7 +95,7 @@ public enum DatabaseURL {
         // and the connection would never be leased or closed again. Idle connections are closed after a minute
         // instead (the pool's idle timeout), and every operation is bounded (`withConnection(timeout:)`).
         configuration.options.keepAliveBehavior = nil
-        configuration.options.additionalStartupParameters = serverKeepalives
+        configuration.options.additionalStartupParameters = sessionParameters
         return configuration
     }
 
@@ -119,20 +119,25 @@ public enum DatabaseURL {
     /// Twice the longest bound the service sets on a call of its own (the admin stats' counts, 60 s).
     public static let minimumStatementTimeout: Duration = .seconds(120)
 
-    /// TCP keepalives and a user timeout for the server's side of each connection: when this process's host
-    /// vanishes, PostgreSQL drops its connections within about 30 s, and with them their locks and open
-    /// transactions. (This side's socket is not reachable through postgres-nio; `withConnection(timeout:)` bounds
-    /// it instead.)
-    static let serverKeepalives: [(String, String)] = [
+    /// Set by every connection when it starts.
+    /// - TCP keepalives and a user timeout for the server's side of each connection: when this process's host
+    ///   vanishes, PostgreSQL drops its connections within about 30 s, and with them their locks and open
+    ///   transactions. (This side's socket is not reachable through postgres-nio; `withConnection(timeout:)` bounds
+    ///   it instead.)
+    /// - No JIT compilation. PostgreSQL compiles a statement whose estimated cost passes `jit_above_cost`, again at
+    ///   every execution, and the service's statements stop early (a LIMIT over a large backlog) far below their
+    ///   estimate: the notifications' claim was compiled for up to 300 ms each time, to read a few rows in under a
+    ///   millisecond. Whether it was depended on the table's last statistics.
+    static let sessionParameters: [(String, String)] = [
         ("tcp_keepalives_idle", "10"), ("tcp_keepalives_interval", "5"), ("tcp_keepalives_count", "3"),
-        ("tcp_user_timeout", "30000"),
+        ("tcp_user_timeout", "30000"), ("jit", "off"),
     ]
 
     /// The configuration of a single connection outside the pool, for whoever needs one connection's lifetime (the
     /// delivery prober's session advisory lock lives exactly as long as its connection).
     public static func connectionConfiguration(from url: String) throws -> PostgresConnection.Configuration {
         var configuration = try connectionConfiguration(try parts(url))
-        configuration.options.additionalStartupParameters = serverKeepalives
+        configuration.options.additionalStartupParameters = sessionParameters
         return configuration
     }
 

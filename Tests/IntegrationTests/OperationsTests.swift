@@ -24,6 +24,34 @@ struct OperationsTests {
         }
     }
 
+    @Test("No session of the service compiles a statement with JIT, even in a database set to compile every one")
+    func noJITCompilation() async throws {
+        try await IsolatedDatabase.with { database in
+            let name = String(database.url.split(separator: "/").last!.split(separator: "?").first!)
+            try await database.client.query(PostgresQuery(unsafeSQL: "ALTER DATABASE \"\(name)\" SET jit_above_cost = 0"))
+            let explain: PostgresQuery = "EXPLAIN (ANALYZE) SELECT count(*) FROM risc_notifications WHERE sub = 'nobody'"
+            // A session with PostgreSQL's defaults shows that this server does compile them (JIT is there).
+            var plain = try DatabaseURL.connectionConfiguration(from: database.url)
+            plain.options.additionalStartupParameters = []
+            let control = try await PostgresConnection.connect(configuration: plain, id: 1, logger: Harness.logger)
+            let controlPlan = try await control.query(explain, logger: Harness.logger).collect().map { try $0.decode(String.self) }
+            try await control.close()
+            #expect(controlPlan.contains { $0.hasPrefix("JIT:") }, "\(controlPlan.joined(separator: "\n"))")
+            // The pools of the commands, of serve and worker, and the single connections that hold a lock.
+            for configuration in [try DatabaseURL.configuration(from: database.url), try DatabaseURL.serviceConfiguration(from: database.url)] {
+                let plan = try await PostgresClient(configuration: configuration, backgroundLogger: Harness.logger).whileRunning { client in
+                    try await client.query(explain).collect().map { try $0.decode(String.self) }
+                }
+                #expect(!plan.contains { $0.hasPrefix("JIT:") }, "\(plan.joined(separator: "\n"))")
+            }
+            let single = try await PostgresConnection.connect(
+                configuration: try DatabaseURL.connectionConfiguration(from: database.url), id: 2, logger: Harness.logger)
+            let plan = try await single.query(explain, logger: Harness.logger).collect().map { try $0.decode(String.self) }
+            try await single.close()
+            #expect(!plan.contains { $0.hasPrefix("JIT:") }, "\(plan.joined(separator: "\n"))")
+        }
+    }
+
     @Test("/readyz names what is missing until the keys load, then answers 200")
     func readiness() async throws {
         var options = Harness.Options()
