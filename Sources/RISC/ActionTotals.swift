@@ -5,6 +5,8 @@ public struct ActionTotals: Sendable, Equatable {
     public var grantsDeleted = 0
     /// token-revoked identifiers that matched more than one grant (all erased, flagged for admins).
     public var ambiguousTokenIdentifiers = 0
+    /// Actions of the kinds subscribers are notified of (`ActionKind.notified`): each may have written notifications.
+    public var notifiedActions = 0
 
     public init() {}
 
@@ -15,6 +17,7 @@ public struct ActionTotals: Sendable, Equatable {
             if ActionKind.revokingSessions.contains(kind) { sessionsRevoked += Int(rows) }
             if ActionKind.deletingGrants.contains(kind) { grantsDeleted += Int(rows) }
             if kind == .ambiguousTokenIdentifier { ambiguousTokenIdentifiers += Int(actions) }
+            if ActionKind.notified.contains(kind) { notifiedActions += Int(actions) }
         }
     }
 
@@ -22,5 +25,6 @@ public struct ActionTotals: Sendable, Equatable {
         sessionsRevoked += other.sessionsRevoked
         grantsDeleted += other.grantsDeleted
         ambiguousTokenIdentifiers += other.ambiguousTokenIdentifiers
+        notifiedActions += other.notifiedActions
     }
 }

@@ -77,6 +77,9 @@ public final class EventInbox: Service, Sendable {
         /// Called with the users a committed batch's actions named, before any of its callers resume: the
         /// process's session cache drops them, so a check after the 202 never answers from a stale entry.
         public var onApplied: (@Sendable ([String]) -> Void)?
+        /// Told when a committed batch applied actions that may have written notifications (enforcing only): the
+        /// process's dispatchers deliver them at once.
+        public var outboxSignal: OutboxSignal?
         public init() {}
     }
 
@@ -253,7 +256,10 @@ public final class EventInbox: Service, Sendable {
             if let applied {
                 span?.record(applied)
                 ServiceMetrics.actionsApplied(applied.totals, enforced: settings.enforce)
-                if settings.enforce { settings.onApplied?(events.flatMap { $0.actions.compactMap(\.action.sub) }) }
+                if settings.enforce {
+                    settings.onApplied?(events.flatMap { $0.actions.compactMap(\.action.sub) })
+                    settings.outboxSignal?.committed(applied.totals)
+                }
             }
             for pending in batch {
                 let key = EventKey(issuer: pending.event.issuer, jti: pending.event.jti)

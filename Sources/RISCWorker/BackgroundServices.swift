@@ -14,6 +14,8 @@ public struct BackgroundServices: Sendable {
     public var dispatcher = NotificationDispatcher.Settings()
     /// Nil: no delivery probe (RISC_VERIFY_INTERVAL 0, or a process that does not serve).
     public var probe: DeliveryProber.Settings?
+    /// The worker's commits wake the dispatcher through it, and so should the inbox's (`serve`).
+    public let outboxSignal = OutboxSignal()
 
     public init(_ configuration: WorkerConfiguration) {
         worker.retryPolicy = RetryPolicy(maxAttempts: configuration.maxAttempts)
@@ -24,6 +26,8 @@ public struct BackgroundServices: Sendable {
             maxDelay: NotificationDispatcher.Settings.longestBackoffSeconds)
         dispatcher.configuredSubscribers = configuration.subscribers
         dispatcher.cipher = configuration.cipher
+        worker.outboxSignal = outboxSignal
+        dispatcher.outboxSignal = outboxSignal
     }
 
     /// `serve`'s: the worker's part, and the delivery probe when RISC_VERIFY_INTERVAL and RISC_DELIVERY_URL set one.

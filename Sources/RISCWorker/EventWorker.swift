@@ -25,6 +25,8 @@ public final class EventWorker: Service, Sendable {
         public var enforce = true
         /// Deleting old events (RISC_EVENT_RETENTION_DAYS) runs beside the loops.
         public var retention = EventRetention.Settings()
+        /// Told when a batch applied actions that may have written notifications: the process's dispatchers.
+        public var outboxSignal: OutboxSignal?
         public init() {}
     }
 
@@ -97,6 +99,7 @@ public final class EventWorker: Service, Sendable {
                         ServiceMetrics.eventsProcessed(result.retried, outcome: "retried")
                         ServiceMetrics.eventsProcessed(result.dead, outcome: "dead")
                         ServiceMetrics.actionsApplied(result.totals, enforced: settings.enforce)
+                        if settings.enforce { settings.outboxSignal?.committed(result.totals) }
                         logger.debug("Processed a batch", metadata: ["done": "\(result.done)", "failed": "\(result.failed)"])
                     }
                     if result.claimed < settings.batchSize { break }

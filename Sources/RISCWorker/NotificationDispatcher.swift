@@ -11,10 +11,11 @@ import Synchronization
 import Tracing
 
 /// Delivers the notification outbox to subscribers: Standard Webhooks `POST`s, at least once.
-/// Woken by `NOTIFY risc_notifications` when actions commit, and by a poll (retries coming due, a lost
-/// notification). Keeps up to `concurrency` deliveries in flight per subscriber, each subscriber with its own
-/// connections: a slow or unreachable subscriber holds up only its own notifications. Any number of dispatchers
-/// may run, in this process or others, as each takes only what no other holds.
+/// Woken by this process's `OutboxSignal` when actions commit here, by `NOTIFY risc_notifications` (an admin's
+/// replay), and by a poll (retries coming due, notifications another process committed). Keeps up to `concurrency`
+/// deliveries in flight per subscriber, each subscriber with its own connections: a slow or unreachable subscriber
+/// holds up only its own notifications. Any number of dispatchers may run, in this process or others, as each takes
+/// only what no other holds.
 /// Before each delivery the subscriber's host is resolved and every address checked (`IPAddress`); the connection
 /// goes to the address checked, so a name that resolves elsewhere a moment later cannot redirect it. A subscriber whose
 /// secret cannot be opened (a wrong or missing vault key) is paused, not failed: its notifications wait with their
@@ -49,6 +50,8 @@ public final class NotificationDispatcher: Service, Sendable {
         public var cipher: VaultCipher?
         /// RISC_SUBSCRIBERS: made the configured subscribers before the first delivery; nil leaves them alone.
         public var configuredSubscribers: [NewSubscriber]?
+        /// Wakes the dispatcher when this process commits actions that may have written notifications.
+        public var outboxSignal: OutboxSignal?
         public init() {}
 
         /// How long a taken notification is left alone: past the timeout, so only a dispatcher that died mid-delivery
@@ -99,6 +102,8 @@ public final class NotificationDispatcher: Service, Sendable {
         // group below must end when its deliveries do.
         let listener = Task { await PostgresListener(client: client, channel: NotificationOutbox.channel, logger: logger).run { self.wake() } }
         let poller = Task { await self.poll() }
+        let signalled = settings.outboxSignal?.add { self.wake() }
+        defer { if let signalled { settings.outboxSignal?.remove(signalled) } }
         logger.info("Notification dispatcher started", metadata: ["concurrency": "\(settings.concurrency)"])
         await withGracefulShutdownHandler {
             // Ends after the stream does (graceful shutdown), once the deliveries in flight are done.

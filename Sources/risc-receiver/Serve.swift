@@ -54,13 +54,14 @@ struct Serve: AsyncParsableCommand {
         // Before anything makes spans. (The HTTP clients turn AsyncHTTPClient's spans off themselves.)
         let tracing = try TraceExport.start(logger: logger)
         // With its worker, this process also applies each new event as it stores it; with --no-worker, workers do.
+        let factory = BackgroundServices(configuration)
         var inboxSettings = EventInbox.Settings()
         inboxSettings.applyOnReceipt = !noWorker
+        inboxSettings.outboxSignal = factory.outboxSignal
         let dependencies = try ServiceDependencies(
             configuration: configuration, logger: logger, inboxSettings: inboxSettings)
         // The worker starts once the server listens: a port in use then stops `serve` before the worker says anything.
         let listening = AsyncStream<Void>.makeStream()
-        let factory = BackgroundServices(configuration)
         // The worker's jobs: applying waiting events, and delivering the notifications of actions. Delivery health
         // is probed in every serve process, worker or not; one of them probes at a time.
         var background: [any Service] =

@@ -58,6 +58,8 @@ struct Harness {
     let databaseURL: String
     /// What the receiver logged at warning or above: a failed expectation on a 5xx shows the service's reason.
     let warnings: LoggedWarnings
+    /// Told when the receiver (or its worker) commits actions that are notified, as `serve`'s dispatcher is.
+    let outboxSignal: OutboxSignal
 
     var eventsURL: String { receiverURL + "/risc/events" }
 
@@ -140,8 +142,10 @@ struct Harness {
             receiverConfiguration.worker.maxAttempts = options.maxAttempts
             receiverConfiguration.maxSessionsPerUser = options.maxSessionsPerUser
             // As `serve` does: with a worker in the process, events are applied on receipt.
+            let outboxSignal = OutboxSignal()
             var inboxSettings = EventInbox.Settings()
             inboxSettings.applyOnReceipt = options.worker && options.applyOnReceipt
+            inboxSettings.outboxSignal = outboxSignal
             let dependencies = try ServiceDependencies(
                 configuration: receiverConfiguration, logger: serviceLogger, inboxSettings: inboxSettings,
                 unknownKidRefetchInterval: options.unknownKidRefetchInterval, keyClock: options.keyClock)
@@ -149,6 +153,7 @@ struct Harness {
             if options.worker {
                 var factory = BackgroundServices(receiverConfiguration)
                 factory.worker.pollInterval = .milliseconds(200)
+                factory.worker.outboxSignal = outboxSignal
                 workers.append(factory.makeWorker(client: dependencies.postgres, logger: serviceLogger))
             }
             if options.poller {
@@ -178,7 +183,7 @@ struct Harness {
 
             let harness = Harness(
                 transmitter: transmitter, receiverURL: "http://127.0.0.1:\(port)", database: database, databaseURL: options.databaseURL,
-                warnings: warnings)
+                warnings: warnings, outboxSignal: outboxSignal)
             do {
                 try await body(harness)
             } catch {

@@ -274,6 +274,56 @@ struct NotificationTests {
         }
     }
 
+    @Test(
+        "A committed action wakes the process's dispatcher at once, not its poll; the storing transaction sends no NOTIFY",
+        arguments: [true, false])
+    func wokenByItsOwnProcess(applyOnReceipt: Bool) async throws {
+        var options = Self.options
+        options.applyOnReceipt = applyOnReceipt
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let subscriber = TestSubscriber()
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                // A poll that never comes within the test: only the signal (or a NOTIFY) can wake it.
+                var settings = NotificationDispatcher.Settings.fast
+                settings.pollInterval = .seconds(600)
+                settings.outboxSignal = harness.outboxSignal
+                // Heard on the channel the dispatchers listen on: a NOTIFY in the transaction that stores the actions
+                // would make every such commit wait for the ones before it (a database-wide lock, held through the
+                // commit's flush).
+                let heard = Mutex(0)
+                let listening = AsyncStream<Void>.makeStream()
+                let listener = Task {
+                    try await harness.database.withConnection { connection in
+                        try await connection.listen(on: NotificationOutbox.channel) { notifications in
+                            listening.continuation.yield()
+                            for try await _ in notifications { heard.withLock { $0 += 1 } }
+                        }
+                    }
+                }
+                defer { listener.cancel() }
+                for await _ in listening.stream { break }
+                try await withDispatchers(client: harness.database, settings: settings) {
+                    // The first is recorded delivered: the dispatcher's wake-up at start has passed, and it waits.
+                    let first = "woken-first-\(UUID().uuidString)"
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: first)
+                    try await eventually("the first is delivered", timeout: .seconds(30)) {
+                        try await harness.notifications(sub: first).allSatisfy { $0.status == "delivered" }
+                    }
+                    try await Task.sleep(for: .milliseconds(200))
+                    for index in 0..<3 {
+                        _ = try await harness.sendAndWait("sessions-revoked", sub: "woken-\(index)-\(UUID().uuidString)")
+                    }
+                    try await eventually("the next three are delivered", timeout: .seconds(30)) { subscriber.accepted.withLock { $0.count } == 4 }
+                }
+                // A NOTIFY sent at those commits reached the listener long before the deliveries did; one more round
+                // trip on a connection of the pool makes sure the server has sent what it had.
+                _ = try await harness.database.query("SELECT 1")
+                #expect(heard.withLock { $0 } == 0, "the commits that stored the actions sent NOTIFY")
+            }
+        }
+    }
+
     @Test("RISC_SUBSCRIBERS: the dispatcher makes the configured subscribers exactly the list, by URL, and leaves the others alone")
     func configuredSubscribers() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in

@@ -148,7 +148,7 @@ struct AccountRulesTests {
         #expect(AccountAction.deleteGrant(identifier, clientIDs: []).kind == .deleteGrantByHash)
     }
 
-    @Test("What applied actions changed, for the metrics: rows for sessions and grants, actions for ambiguous identifiers")
+    @Test("What applied actions changed: rows for sessions and grants, actions for ambiguous identifiers and notified kinds")
     func actionTotals() {
         let totals = ActionTotals(
             kinds: [
@@ -157,9 +157,12 @@ struct AccountRulesTests {
             ],
             actions: [2, 1, 3, 1, 2, 1, 9], rows: [5, 4, 3, 1, 7, 1, 9])
         #expect(totals.sessionsRevoked == 5 && totals.grantsDeleted == 8 && totals.ambiguousTokenIdentifiers == 2)
+        // The ambiguity note and an unknown kind are not notified: 2 + 1 + 3 + 1 + 1.
+        #expect(totals.notifiedActions == 8)
+        #expect(ActionTotals(kinds: ["record_verification", "skip"], actions: [1, 1], rows: [0, 0]).notifiedActions == 0)
         var sum = totals
         sum.add(ActionTotals(kinds: ["revoke_sessions"], actions: [1], rows: [1]))
-        #expect(sum.sessionsRevoked == 6 && sum.grantsDeleted == 8)
+        #expect(sum.sessionsRevoked == 6 && sum.grantsDeleted == 8 && sum.notifiedActions == 9)
         #expect(ActionTotals(kinds: [], actions: [], rows: []) == ActionTotals())
     }
 
