@@ -13,6 +13,7 @@
 #   3. the default `serve` with one subscriber: each SET's action also writes a notification, which
 #      the dispatcher delivers to a local `dev webhook-sink`; saturation, and how long until all are delivered;
 #      then all of them due again at once (a backlog, as after an outage), and how fast a fresh `serve` delivers it;
+#      then latency: offered half the rate reached with the subscriber (open loop), and how soon all are delivered;
 #   4. the default `serve` with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT), exporting to a local collector stand-in
 #      (scripts/otlp-receiver.py, with opentelemetry-proto from .build-venv): saturation and CPU per SET against the
 #      default run above, where tracing is off;
@@ -52,7 +53,6 @@ saturate() {
   fi
   wrk0=$(exited_children_cpu); wall0=$(date +%s.%N)
   result=$(run_wrk "$tokens" 0)
-  wrk_end=$(date +%s.%N)
   wall=$(python3 -c "print($(date +%s.%N) - $wall0)")
   cores_server=$(python3 -c "print(f'{($(cpu "$@") - $server0) / $wall:.2f}')")
   cores_pg=$(python3 -c "print(f'{($(cpu "+$postmaster") - $pg0) / $wall:.2f}')")
@@ -119,6 +119,12 @@ wait "$wrk_pid"
 burst=$(cat "$work/burst-wrk")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
+# delivery_lag AFTER_ID: of the notifications with a greater id, the seconds from the last one's writing (its SET's
+# commit, which the 202 follows) to the last recorded delivery, by PostgreSQL's clock: not the script's bookkeeping.
+delivery_lag() {
+  psql -c "SELECT to_char(extract(epoch FROM max(delivered_at) - max(created_at)), 'FM9990.00') FROM risc_notifications WHERE id > $1"
+}
+
 # 3. The default `serve` with one subscriber: a notification per SET, delivered to a local sink (verifies each
 #    signature, answers 204).
 fresh_database risc_notify
@@ -133,7 +139,7 @@ warm_up
 saturate notify "$work/saturation-tokens" "$serve_pid"
 notify_result=$result notify_rows=$stored_rows notify_server_us=$server_cpu_us notify_pg_us=$pg_cpu_us notify_202s=$accepted_202s
 while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.1; done
-notify_drain=$(python3 -c "print(f'{$(date +%s.%N) - $wrk_end:.2f}')")
+notify_drain=$(delivery_lag 0)
 notified=$(psql -c "SELECT count(*) FILTER (WHERE status = 'delivered') || ' delivered, ' || count(*) FILTER (WHERE status = 'dead') || ' dead, of ' || count(*) FROM risc_notifications")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 #    Then a backlog: every notification of the run due again at once (as `notifications replay` leaves each), after
@@ -146,6 +152,16 @@ start_serve
 while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.05; done
 backlog_s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
 backlog_cpu="server $(python3 -c "print(round($(cpu "$serve_pid") * 1e6 / $backlog_size))") us, PostgreSQL $(python3 -c "print(round(($(cpu "+$postmaster") - $pg0) * 1e6 / $backlog_size))") us, the sink $(python3 -c "print(round(($(cpu "$sink_pid") - $sink0) * 1e6 / $backlog_size))") us"
+#    Then latency below saturation: offered half the rate reached with the subscriber (open loop), where a batch's
+#    commit waits on the disk more than on the CPU; and how soon after the last 202 the last notification arrives.
+notify_half_rate=$(python3 -c "print(max(1, int($(field rate "$notify_result") / 2)))")
+notify_half_after=$(psql -c 'SELECT coalesce(max(id), 0) FROM risc_notifications')
+sign $((notify_half_rate * seconds * 3 / 2)) 4000000 "$work/notify-latency-tokens"
+warm_up
+psql -c 'CHECKPOINT' >/dev/null
+notify_latency=$(run_wrk "$work/notify-latency-tokens" "$notify_half_rate")
+while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pending'")" != 0 ]; do sleep 0.05; done
+notify_half_drain=$(delivery_lag "$notify_half_after")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
 # 4. Tracing on: every span made and exported (swift-otel's defaults, which drop what its queue cannot hold).
@@ -202,8 +218,9 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
     saturation:     $(field rate "$notify_result") SETs/s, ratio $(ratio "$(field rate "$notify_result")" "$sat_rate") x the default serve without a subscriber; p50 $(field p50_ms "$notify_result") ms, p99 $(field p99_ms "$notify_result") ms; non-202: $(field not_202 "$notify_result")
                     rows stored $notify_rows, server-counted 202s $notify_202s ($(check_rows "$notify_rows" "$notify_202s"))
                     CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
-                    notifications: $notified; the last delivered ${notify_drain} s after the last 202
+                    notifications: $notified; the last delivered ${notify_drain} s after the last was written (its SET committed)
     backlog:        the $backlog_size due again at once: delivered in ${backlog_s} s from the start of \`serve\` ($(python3 -c "print(round($backlog_size / $backlog_s))")/s); CPU per delivery: $backlog_cpu
+    half rate:      offered $notify_half_rate/s (open loop), achieved $(field rate "$notify_latency")/s; p50 $(field p50_ms "$notify_latency") ms, p99 $(field p99_ms "$notify_latency") ms, max $(field max_ms "$notify_latency") ms; non-202: $(field not_202 "$notify_latency"); the last delivered ${notify_half_drain} s after the last was written
   default serve with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT to a local collector stand-in; the other OTEL_* variables at their defaults):
     saturation:     $traced
   ingest only (serve --no-worker, no worker running):
