@@ -119,10 +119,11 @@ wait "$wrk_pid"
 burst=$(cat "$work/burst-wrk")
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
 
-# delivery_lag AFTER_ID: of the notifications with a greater id, the seconds from the last one's writing (its SET's
-# commit, which the 202 follows) to the last recorded delivery, by PostgreSQL's clock: not the script's bookkeeping.
+# delivery_lag AFTER_ID: of the notifications with a greater id, the seconds from the last one's writing (the start
+# of its SET's transaction, a few milliseconds before the commit the 202 follows) to the last recorded delivery, by
+# PostgreSQL's clock: not the script's bookkeeping. "none" when there are no such notifications.
 delivery_lag() {
-  psql -c "SELECT to_char(extract(epoch FROM max(delivered_at) - max(created_at)), 'FM9990.00') FROM risc_notifications WHERE id > $1"
+  psql -c "SELECT coalesce(to_char(extract(epoch FROM max(delivered_at) - max(created_at)), 'FM9990.00'), 'none') FROM risc_notifications WHERE id > $1"
 }
 
 # 3. The default `serve` with one subscriber: a notification per SET, delivered to a local sink (verifies each
@@ -153,7 +154,7 @@ while [ "$(psql -c "SELECT count(*) FROM risc_notifications WHERE status = 'pend
 backlog_s=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
 backlog_cpu="server $(python3 -c "print(round($(cpu "$serve_pid") * 1e6 / $backlog_size))") us, PostgreSQL $(python3 -c "print(round(($(cpu "+$postmaster") - $pg0) * 1e6 / $backlog_size))") us, the sink $(python3 -c "print(round(($(cpu "$sink_pid") - $sink0) * 1e6 / $backlog_size))") us"
 #    Then latency below saturation: offered half the rate reached with the subscriber (open loop), where a batch's
-#    commit waits on the disk more than on the CPU; and how soon after the last 202 the last notification arrives.
+#    commit waits on the disk more than on the CPU; and how soon after the last was written the last is delivered.
 notify_half_rate=$(python3 -c "print(max(1, int($(field rate "$notify_result") / 2)))")
 notify_half_after=$(psql -c 'SELECT coalesce(max(id), 0) FROM risc_notifications')
 sign $((notify_half_rate * seconds * 3 / 2)) 4000000 "$work/notify-latency-tokens"
@@ -218,7 +219,7 @@ Ingest benchmark ($(nproc) cores; wrk $threads threads, $connections connections
     saturation:     $(field rate "$notify_result") SETs/s, ratio $(ratio "$(field rate "$notify_result")" "$sat_rate") x the default serve without a subscriber; p50 $(field p50_ms "$notify_result") ms, p99 $(field p99_ms "$notify_result") ms; non-202: $(field not_202 "$notify_result")
                     rows stored $notify_rows, server-counted 202s $notify_202s ($(check_rows "$notify_rows" "$notify_202s"))
                     CPU per SET: server $notify_server_us us (receiver, worker and dispatcher), PostgreSQL $notify_pg_us us
-                    notifications: $notified; the last delivered ${notify_drain} s after the last was written (its SET committed)
+                    notifications: $notified; the last delivered ${notify_drain} s after the last was written (its SET's transaction)
     backlog:        the $backlog_size due again at once: delivered in ${backlog_s} s from the start of \`serve\` ($(python3 -c "print(round($backlog_size / $backlog_s))")/s); CPU per delivery: $backlog_cpu
     half rate:      offered $notify_half_rate/s (open loop), achieved $(field rate "$notify_latency")/s; p50 $(field p50_ms "$notify_latency") ms, p99 $(field p99_ms "$notify_latency") ms, max $(field max_ms "$notify_latency") ms; non-202: $(field not_202 "$notify_latency"); the last delivered ${notify_half_drain} s after the last was written
   default serve with tracing on (OTEL_EXPORTER_OTLP_ENDPOINT to a local collector stand-in; the other OTEL_* variables at their defaults):

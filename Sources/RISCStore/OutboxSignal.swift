@@ -3,7 +3,7 @@ import Synchronization
 
 /// Wakes this process's notification dispatchers once a transaction of this process has committed actions that
 /// may have written notifications (the inbox applying on receipt, or a worker). Not `NOTIFY` in that transaction:
-/// a notifying transaction holds a database-wide lock through its commit's WAL flush, so those commits could not
+/// a notifying transaction holds a cluster-wide lock through its commit's WAL flush, so those commits could not
 /// share a flush. A dispatcher in another process finds the notifications on its poll, or sooner if it wrote some
 /// itself; a spurious wake-up costs one claim that finds nothing.
 public final class OutboxSignal: Sendable {

@@ -289,37 +289,54 @@ struct NotificationTests {
                 settings.pollInterval = .seconds(600)
                 settings.outboxSignal = harness.outboxSignal
                 // Heard on the channel the dispatchers listen on: a NOTIFY in the transaction that stores the actions
-                // would make every such commit wait for the ones before it (a database-wide lock, held through the
+                // would make every such commit wait for the ones before it (a cluster-wide lock, held through the
                 // commit's flush).
-                let heard = Mutex(0)
+                let heard = Mutex<[String]>([])
                 let listening = AsyncStream<Void>.makeStream()
                 let listener = Task {
+                    defer { listening.continuation.finish() }
                     try await harness.database.withConnection { connection in
                         try await connection.listen(on: NotificationOutbox.channel) { notifications in
                             listening.continuation.yield()
-                            for try await _ in notifications { heard.withLock { $0 += 1 } }
+                            for try await notification in notifications { heard.withLock { $0.append(notification.payload) } }
                         }
                     }
                 }
                 defer { listener.cancel() }
-                for await _ in listening.stream { break }
+                var started = false
+                for await _ in listening.stream {
+                    started = true
+                    break
+                }
+                if !started {
+                    let failure = await listener.result
+                    Issue.record("the LISTEN failed: \(failure)")
+                    return
+                }
                 try await withDispatchers(client: harness.database, settings: settings) {
                     // The first is recorded delivered: the dispatcher's wake-up at start has passed, and it waits.
                     let first = "woken-first-\(UUID().uuidString)"
                     _ = try await harness.sendAndWait("sessions-revoked", sub: first)
                     try await eventually("the first is delivered", timeout: .seconds(30)) {
-                        try await harness.notifications(sub: first).allSatisfy { $0.status == "delivered" }
+                        let notifications = try await harness.notifications(sub: first)
+                        return !notifications.isEmpty && notifications.allSatisfy { $0.status == "delivered" }
                     }
                     try await Task.sleep(for: .milliseconds(200))
+                    var subs: Set<String> = [first]
                     for index in 0..<3 {
-                        _ = try await harness.sendAndWait("sessions-revoked", sub: "woken-\(index)-\(UUID().uuidString)")
+                        let sub = "woken-\(index)-\(UUID().uuidString)"
+                        subs.insert(sub)
+                        _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
                     }
-                    try await eventually("the next three are delivered", timeout: .seconds(30)) { subscriber.accepted.withLock { $0.count } == 4 }
+                    try await eventually("the next three are delivered", timeout: .seconds(30)) {
+                        subs.isSubset(of: subscriber.accepted.withLock { $0 }.compactMap(\.sub))
+                    }
                 }
-                // A NOTIFY sent at those commits reached the listener long before the deliveries did; one more round
-                // trip on a connection of the pool makes sure the server has sent what it had.
-                _ = try await harness.database.query("SELECT 1")
-                #expect(heard.withLock { $0 } == 0, "the commits that stored the actions sent NOTIFY")
+                // NOTIFYs reach a listener in the order their transactions committed: once a sentinel sent now is heard,
+                // any sent by those commits has been.
+                _ = try await harness.database.query("SELECT pg_notify(\(NotificationOutbox.channel), 'sentinel')")
+                try await eventually("the sentinel is heard") { heard.withLock { $0.contains("sentinel") } }
+                #expect(heard.withLock { $0 } == ["sentinel"], "the commits that stored the actions sent NOTIFY")
             }
         }
     }

@@ -3,7 +3,7 @@
 -- ActionKind.notified. The event named is the one in the SET that caused the action (its event_position; an
 -- action recorded before positions were, the SET's first). A skipped state change (stale, so it changed nothing
 -- and must not be mirrored) is not notified.
--- No NOTIFY here: a transaction that notifies takes a database-wide lock at commit and holds it through its WAL
+-- No NOTIFY here: a transaction that notifies takes a cluster-wide lock at commit and holds it through its WAL
 -- flush, so every ingest batch with a notification committed alone, one flush after another (in pgbench, 32 clients
 -- inserting 10 rows a transaction: 1,100-2,000 commits/s with a NOTIFY, 3,300-3,700 without). The process that
 -- commits the actions wakes its own dispatchers instead (OutboxSignal); the others find them on their poll.
