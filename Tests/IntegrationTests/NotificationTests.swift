@@ -187,6 +187,22 @@ struct NotificationTests {
         return options
     }
 
+    /// A database of its own, the receiver applying actions on receipt or by its worker, and one test subscriber
+    /// added and serving.
+    static func withOneSubscriber(
+        applyOnReceipt: Bool, _ body: @escaping @Sendable (Harness, TestSubscriber) async throws -> Void
+    ) async throws {
+        var options = Self.options
+        options.applyOnReceipt = applyOnReceipt
+        try await Harness.withIsolatedDatabase(options) { harness in
+            let subscriber = TestSubscriber()
+            try await subscriber.serving { url in
+                _ = try await harness.addSubscriber(subscriber, url: url)
+                try await body(harness, subscriber)
+            }
+        }
+    }
+
     @Test(
         "Every action is delivered exactly once per matching subscriber, signed, with the documented body; nothing else is",
         arguments: [true, false])
@@ -278,66 +294,60 @@ struct NotificationTests {
         "A committed action wakes the process's dispatcher at once, not its poll; the storing transaction sends no NOTIFY",
         arguments: [true, false])
     func wokenByItsOwnProcess(applyOnReceipt: Bool) async throws {
-        var options = Self.options
-        options.applyOnReceipt = applyOnReceipt
-        try await Harness.withIsolatedDatabase(options) { harness in
-            let subscriber = TestSubscriber()
-            try await subscriber.serving { url in
-                _ = try await harness.addSubscriber(subscriber, url: url)
-                // A poll that never comes within the test: only the signal (or a NOTIFY) can wake it.
-                var settings = NotificationDispatcher.Settings.fast
-                settings.pollInterval = .seconds(600)
-                settings.outboxSignal = harness.outboxSignal
-                // Heard on the channel the dispatchers listen on: a NOTIFY in the transaction that stores the actions
-                // would make every such commit wait for the ones before it (a cluster-wide lock, held through the
-                // commit's flush).
-                let heard = Mutex<[String]>([])
-                let listening = AsyncStream<Void>.makeStream()
-                let listener = Task {
-                    defer { listening.continuation.finish() }
-                    try await harness.database.withConnection { connection in
-                        try await connection.listen(on: NotificationOutbox.channel) { notifications in
-                            listening.continuation.yield()
-                            for try await notification in notifications { heard.withLock { $0.append(notification.payload) } }
-                        }
+        try await Self.withOneSubscriber(applyOnReceipt: applyOnReceipt) { harness, subscriber in
+            // A poll that never comes within the test: only the signal (or a NOTIFY) can wake it.
+            var settings = NotificationDispatcher.Settings.fast
+            settings.pollInterval = .seconds(600)
+            settings.outboxSignal = harness.outboxSignal
+            // Heard on the channel the dispatchers listen on: a NOTIFY in the transaction that stores the actions
+            // would make every such commit wait for the ones before it (a cluster-wide lock, held through the
+            // commit's flush).
+            let heard = Mutex<[String]>([])
+            let listening = AsyncStream<Void>.makeStream()
+            let listener = Task {
+                defer { listening.continuation.finish() }
+                try await harness.database.withConnection { connection in
+                    try await connection.listen(on: NotificationOutbox.channel) { notifications in
+                        listening.continuation.yield()
+                        for try await notification in notifications { heard.withLock { $0.append(notification.payload) } }
                     }
                 }
-                defer { listener.cancel() }
-                var started = false
-                for await _ in listening.stream {
-                    started = true
-                    break
-                }
-                if !started {
-                    let failure = await listener.result
-                    Issue.record("the LISTEN failed: \(failure)")
-                    return
-                }
-                try await withDispatchers(client: harness.database, settings: settings) {
-                    // The first is recorded delivered: the dispatcher's wake-up at start has passed, and it waits.
-                    let first = "woken-first-\(UUID().uuidString)"
-                    _ = try await harness.sendAndWait("sessions-revoked", sub: first)
-                    try await eventually("the first is delivered", timeout: .seconds(30)) {
-                        let notifications = try await harness.notifications(sub: first)
-                        return !notifications.isEmpty && notifications.allSatisfy { $0.status == "delivered" }
-                    }
-                    try await Task.sleep(for: .milliseconds(200))
-                    var subs: Set<String> = [first]
-                    for index in 0..<3 {
-                        let sub = "woken-\(index)-\(UUID().uuidString)"
-                        subs.insert(sub)
-                        _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
-                    }
-                    try await eventually("the next three are delivered", timeout: .seconds(30)) {
-                        subs.isSubset(of: subscriber.accepted.withLock { $0 }.compactMap(\.sub))
-                    }
-                }
-                // NOTIFYs reach a listener in the order their transactions committed: once a sentinel sent now is heard,
-                // any sent by those commits has been.
-                _ = try await harness.database.query("SELECT pg_notify(\(NotificationOutbox.channel), 'sentinel')")
-                try await eventually("the sentinel is heard") { heard.withLock { $0.contains("sentinel") } }
-                #expect(heard.withLock { $0 } == ["sentinel"], "the commits that stored the actions sent NOTIFY")
             }
+            defer { listener.cancel() }
+            var started = false
+            for await _ in listening.stream {
+                started = true
+                break
+            }
+            if !started {
+                let failure = await listener.result
+                Issue.record("the LISTEN failed: \(failure)")
+                return
+            }
+            try await withDispatchers(client: harness.database, settings: settings) {
+                // The first is recorded delivered: the dispatcher's wake-up at start has passed, and it waits.
+                let first = "woken-first-\(UUID().uuidString)"
+                _ = try await harness.sendAndWait("sessions-revoked", sub: first)
+                try await eventually("the first is delivered", timeout: .seconds(30)) {
+                    let notifications = try await harness.notifications(sub: first)
+                    return !notifications.isEmpty && notifications.allSatisfy { $0.status == "delivered" }
+                }
+                try await Task.sleep(for: .milliseconds(200))
+                var subs: Set<String> = [first]
+                for index in 0..<3 {
+                    let sub = "woken-\(index)-\(UUID().uuidString)"
+                    subs.insert(sub)
+                    _ = try await harness.sendAndWait("sessions-revoked", sub: sub)
+                }
+                try await eventually("the next three are delivered", timeout: .seconds(30)) {
+                    subs.isSubset(of: subscriber.accepted.withLock { $0 }.compactMap(\.sub))
+                }
+            }
+            // NOTIFYs reach a listener in the order their transactions committed: once a sentinel sent now is heard,
+            // any sent by those commits has been.
+            _ = try await harness.database.query("SELECT pg_notify(\(NotificationOutbox.channel), 'sentinel')")
+            try await eventually("the sentinel is heard") { heard.withLock { $0.contains("sentinel") } }
+            #expect(heard.withLock { $0 } == ["sentinel"], "the commits that stored the actions sent NOTIFY")
         }
     }
 
@@ -522,47 +532,41 @@ struct NotificationTests {
         "A hijacking, then an older account-enabled: the skipped enable is recorded and never notified; each body says its event's issued_at",
         arguments: [true, false])
     func skippedStateChangeIsNotNotified(applyOnReceipt: Bool) async throws {
-        var options = Self.options
-        options.applyOnReceipt = applyOnReceipt
-        try await Harness.withIsolatedDatabase(options) { harness in
-            let subscriber = TestSubscriber()
-            try await subscriber.serving { url in
-                _ = try await harness.addSubscriber(subscriber, url: url)
-                try await withDispatchers(client: harness.database) {
-                    let sub = "mirrored-\(UUID().uuidString)"
-                    let issued = Date().timeIntervalSince1970.rounded(.down) - 10
-                    _ = try await harness.sendAndWait("account-disabled", sub: sub) {
-                        $0.reason = "hijacking"
-                        $0.iat = issued
-                    }
-                    let enable = try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = issued - 60 }
-                    // Recorded, as skipped.
-                    let recorded = try await harness.database.query(
-                        """
-                        SELECT a.kind, a.rows_affected, a.skipped FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id
-                        WHERE e.jti = \(enable)
-                        """
-                    ).collect().map { try $0.decode((String, Int32, Bool).self) }
-                    #expect(recorded.map { "\($0.0):\($0.1):\($0.2)" } == ["enable_sign_in:0:true"])
-                    // A barrier: one user's notifications are delivered in order, so once a later event's arrives, an
-                    // enable_sign_in notification, had there been one, would have arrived before it.
-                    let later = try await harness.sendAndWait("sessions-revoked", sub: sub) { $0.iat = issued + 5 }
-                    try await eventually("the later event's notification arrives") {
-                        subscriber.accepted.withLock { $0 }.contains { $0.json["event"]?["jti"]?.stringValue == later }
-                    }
-                    // Once per webhook-id: a loaded machine may retry a delivery whose 2xx came late.
-                    var seen = Set<String>()
-                    let delivered = subscriber.accepted.withLock { $0 }.filter { $0.sub == sub && seen.insert($0.webhookID).inserted }
-                    let kinds = delivered.compactMap { $0.json["type"]?.stringValue }
-                    #expect(kinds == ["disable_sign_in", "revoke_sessions", "revoke_sessions"], "\(kinds)")
-                    #expect(try await harness.notifications(sub: sub).map(\.kind).contains("enable_sign_in") == false)
-                    // Every body names when its event was issued (RFC 3339, the SET's iat).
-                    let issuedAts = delivered.map { $0.json["event"]?["issued_at"]?.stringValue }
-                    let formatter = ISO8601DateFormatter()
-                    #expect(
-                        issuedAts == [issued, issued, issued + 5].map { formatter.string(from: Date(timeIntervalSince1970: $0)) },
-                        "\(issuedAts)")
+        try await Self.withOneSubscriber(applyOnReceipt: applyOnReceipt) { harness, subscriber in
+            try await withDispatchers(client: harness.database) {
+                let sub = "mirrored-\(UUID().uuidString)"
+                let issued = Date().timeIntervalSince1970.rounded(.down) - 10
+                _ = try await harness.sendAndWait("account-disabled", sub: sub) {
+                    $0.reason = "hijacking"
+                    $0.iat = issued
                 }
+                let enable = try await harness.sendAndWait("account-enabled", sub: sub) { $0.iat = issued - 60 }
+                // Recorded, as skipped.
+                let recorded = try await harness.database.query(
+                    """
+                    SELECT a.kind, a.rows_affected, a.skipped FROM risc_event_actions a JOIN risc_events e ON e.id = a.event_id
+                    WHERE e.jti = \(enable)
+                    """
+                ).collect().map { try $0.decode((String, Int32, Bool).self) }
+                #expect(recorded.map { "\($0.0):\($0.1):\($0.2)" } == ["enable_sign_in:0:true"])
+                // A barrier: one user's notifications are delivered in order, so once a later event's arrives, an
+                // enable_sign_in notification, had there been one, would have arrived before it.
+                let later = try await harness.sendAndWait("sessions-revoked", sub: sub) { $0.iat = issued + 5 }
+                try await eventually("the later event's notification arrives") {
+                    subscriber.accepted.withLock { $0 }.contains { $0.json["event"]?["jti"]?.stringValue == later }
+                }
+                // Once per webhook-id: a loaded machine may retry a delivery whose 2xx came late.
+                var seen = Set<String>()
+                let delivered = subscriber.accepted.withLock { $0 }.filter { $0.sub == sub && seen.insert($0.webhookID).inserted }
+                let kinds = delivered.compactMap { $0.json["type"]?.stringValue }
+                #expect(kinds == ["disable_sign_in", "revoke_sessions", "revoke_sessions"], "\(kinds)")
+                #expect(try await harness.notifications(sub: sub).map(\.kind).contains("enable_sign_in") == false)
+                // Every body names when its event was issued (RFC 3339, the SET's iat).
+                let issuedAts = delivered.map { $0.json["event"]?["issued_at"]?.stringValue }
+                let formatter = ISO8601DateFormatter()
+                #expect(
+                    issuedAts == [issued, issued, issued + 5].map { formatter.string(from: Date(timeIntervalSince1970: $0)) },
+                    "\(issuedAts)")
             }
         }
     }
