@@ -163,7 +163,7 @@ public struct NotificationOutbox: BoundedStore {
         // Only read in the transaction, which holds the leases until it commits; the secrets are opened after.
         let rows: [Row] = try await bounded { connection in
             try await connection.transaction(logger: logger) { connection in
-                try await connection.query(Self.claimPlanSettings, logger: logger)
+                try await connection.query(Self.planSettings, logger: logger)
                 var rows: [Row] = []
                 for try await row in try await connection.executePrepared(
                     ClaimDue(subscriber: subscriber, limit: limit, lease: lease), logger: logger)
@@ -190,18 +190,19 @@ public struct NotificationOutbox: BoundedStore {
         }.sorted { $0.id < $1.id }
     }
 
-    /// Set for the claim's transaction: sorts and sequential scans priced out, so PostgreSQL walks the pending-due
-    /// index and stops at the LIMIT. Statistics cannot choose that reliably: an outage fills the outbox with pending
-    /// rows long before ANALYZE sees them (after 10% of a table of delivered ones), and an estimate of one row (the
-    /// lease filter once did that) makes reading and sorting every pending row look cheapest, so each claim cost the
-    /// whole backlog. In the lease table, a sequential scan read every row deleted since the last vacuum, for each
-    /// candidate. The leases are held until the dispatcher commits: one whose process freezes first, or whose network
-    /// goes silent, is cut off after 30 s (a live one gives up sooner, on its own bound, and closes the connection).
-    /// Not tighter: a dispatcher starved of CPU is slow between the statement and its COMMIT, and a session ended
-    /// there leaves postgres-nio waiting on the COMMIT until that bound. The claim is planned once per connection, in
-    /// general: its LIMIT made every plan for known values look cheaper, so it was planned again for each claim (about
-    /// 0.9 ms of PostgreSQL's CPU, tens of microseconds per notification).
-    public static let claimPlanSettings: PostgresQuery = """
+    /// Set for the transactions of the claim and of the record: sorts and sequential scans priced out, so PostgreSQL
+    /// walks the pending-due index and stops at the LIMIT, and looks rows up by their keys. Statistics cannot choose
+    /// that reliably: an outage fills the outbox with pending rows long before ANALYZE sees them (after 10% of a table
+    /// of delivered ones), and an estimate of one row (the lease filter once did that) makes reading and sorting every
+    /// pending row look cheapest, so each claim cost the whole backlog. In the lease table, a sequential scan read
+    /// every row deleted since the last vacuum, for each candidate. The leases are held until the dispatcher commits:
+    /// one whose process freezes first, or whose network goes silent, is cut off after 30 s (a live one gives up
+    /// sooner, on its own bound, and closes the connection). Not tighter: a dispatcher starved of CPU is slow between
+    /// the statement and its COMMIT, and a session ended there leaves postgres-nio waiting on the COMMIT until that
+    /// bound. Both statements are planned once per connection, in general: the claim's LIMIT made every plan for known
+    /// values look cheaper, so it was planned again for each claim (about 0.9 ms of PostgreSQL's CPU, tens of
+    /// microseconds per notification).
+    public static let planSettings: PostgresQuery = """
         SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true),
                set_config('plan_cache_mode', 'force_generic_plan', true),
                set_config('idle_in_transaction_session_timeout', '30s', true)
@@ -209,6 +210,10 @@ public struct NotificationOutbox: BoundedStore {
 
     /// The claim's statement, for a test that reads its plan.
     public static var claimSQL: String { ClaimDue.sql }
+
+    /// The record's statement and its parameters' types, for a test that reads its plan.
+    public static var recordSQL: String { RecordOutcomes.sql }
+    public static var recordParameterTypes: String { RecordOutcomes.parameterTypes }
 
     /// What became of one attempt, for `record`.
     public enum Outcome: Sendable {
@@ -242,16 +247,21 @@ public struct NotificationOutbox: BoundedStore {
             ]
         }
         return try await bounded { connection in
-            var recorded = 0
-            for try await count in try await connection.executePrepared(RecordOutcomes(outcomes: JSONValue.array(rows).serialized), logger: logger) {
-                recorded = Int(count)
+            try await connection.transaction(logger: logger) { connection in
+                try await connection.query(Self.planSettings, logger: logger)
+                var recorded = 0
+                for try await count in try await connection.executePrepared(
+                    RecordOutcomes(outcomes: JSONValue.array(rows).serialized), logger: logger)
+                {
+                    recorded = Int(count)
+                }
+                return recorded
             }
-            return recorded
         }
     }
 }
 
-/// The claim, prepared once per connection and planned once, in general (`claimPlanSettings`; a test reads its plan).
+/// The claim, prepared once per connection and planned once, in general (`planSettings`; a test reads its plan).
 /// The candidates come in the order of the pending-due index, (subscriber_id, next_attempt_at, id), which the LIMIT
 /// stops early; "the oldest of its user" is a subquery on the pending-order index run per candidate. Before the table's
 /// first ANALYZE, PostgreSQL planned an anti-join here as a nested loop over every pending row, quadratic in the backlog.
@@ -306,24 +316,34 @@ struct ClaimDue: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
 }
 
-/// `record`'s statement, prepared once per connection. The outcomes come as one JSON array: PostgreSQL estimates the
-/// rows of `jsonb_to_recordset` the same whatever it holds, so it keeps one plan; the row count of an array parameter
-/// is part of the estimate, which made each statement be planned again (about 0.5 ms of its CPU, each time).
+/// `record`'s statement, prepared once per connection and planned once, in general (`planSettings`; a test reads its
+/// plan). The outcomes come as one JSON array: PostgreSQL estimates the rows of `jsonb_to_recordset` the same whatever
+/// it holds, so it keeps one plan; the row count of an array parameter is part of the estimate, which made each
+/// statement be planned again (about 0.5 ms of its CPU, each time).
+/// Each table is reached only through `id = ANY(the ids)`, a lookup by its key: as a join, a plan made while the outbox
+/// was empty (a fresh deployment, or one whose rows were all purged) walked every pending row for each outcome, or
+/// every row, and kept doing so as a backlog grew, until the next ANALYZE (in a benchmark, 50 ms for a record of about
+/// 40 outcomes, against 1.3 ms). For the same reason the status a row must still have is a parameter, not written into the
+/// text: then no partial index of pending rows can stand in for the key.
 struct RecordOutcomes: PostgresPreparedStatement {
+    static let parameterTypes = "text, text"
     static let sql = """
         WITH d AS (
             SELECT * FROM jsonb_to_recordset($1::jsonb) AS d(id bigint, attempt integer, status text, error text, delay float8)
         ), ended AS (
             DELETE FROM risc_notification_leases l USING d
-            WHERE l.notification_id = d.id AND l.attempt = d.attempt
+            WHERE l.notification_id = ANY(ARRAY(SELECT id FROM d)) AND l.notification_id = d.id AND l.attempt = d.attempt
             RETURNING d.*
         ), done AS (
+            -- One lease per notification, so one outcome per row.
             UPDATE risc_notifications n
-            SET status = ended.status, attempts = ended.attempt, last_attempt_at = now(), last_error = NULLIF(ended.error, ''),
-                delivered_at = CASE WHEN ended.status = '\(NotificationStatus.delivered.rawValue)' THEN now() END,
-                next_attempt_at = CASE WHEN ended.status = '\(NotificationStatus.pending.rawValue)'
-                                       THEN now() + make_interval(secs => ended.delay) ELSE n.next_attempt_at END
-            FROM ended WHERE n.id = ended.id AND n.status = '\(NotificationStatus.pending.rawValue)'
+            SET (status, attempts, last_attempt_at, last_error, delivered_at, next_attempt_at) = (
+                SELECT ended.status, ended.attempt, now(), NULLIF(ended.error, ''),
+                       CASE WHEN ended.status = '\(NotificationStatus.delivered.rawValue)' THEN now() END,
+                       CASE WHEN ended.status = '\(NotificationStatus.pending.rawValue)'
+                            THEN now() + make_interval(secs => ended.delay) ELSE n.next_attempt_at END
+                FROM ended WHERE ended.id = n.id)
+            WHERE n.id = ANY(ARRAY(SELECT id FROM ended)) AND n.status = $2
             RETURNING 1
         )
         SELECT count(*)::int8 FROM done
@@ -335,8 +355,9 @@ struct RecordOutcomes: PostgresPreparedStatement {
     let outcomes: String
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 1)
+        var bindings = PostgresBindings(capacity: 2)
         bindings.append(outcomes)
+        bindings.append(NotificationStatus.pending.rawValue)
         return bindings
     }
 

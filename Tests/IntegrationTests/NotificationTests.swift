@@ -437,7 +437,7 @@ struct NotificationTests {
                 // prepared statement outlives a failed transaction on the pooled connection.
                 let name = "claim_plan_\(UUID().uuidString.prefix(8).lowercased())"
                 let plan = try await harness.database.transaction(logger: Harness.logger) { connection in
-                    try await connection.query(NotificationOutbox.claimPlanSettings, logger: Harness.logger)
+                    try await connection.query(NotificationOutbox.planSettings, logger: Harness.logger)
                     // The leases it takes are held until it commits: a claim that stalls first is cut off.
                     for try await timeout in try await connection.query(
                         "SELECT current_setting('idle_in_transaction_session_timeout')", logger: Harness.logger
@@ -494,6 +494,78 @@ struct NotificationTests {
             #expect(!claimed.contains { $0.notification.sub == "backlog-1" && $0.notification.eventID == 6001 })
             let all = try await store.claim(subscriber: subscriber, limit: 7000, lease: .seconds(15))
             #expect(all.count == 6000 - 8, "each user's oldest, once")
+        }
+    }
+
+    @Test("A record looks each notification and lease up by its key, with its plan made while the outbox was empty")
+    func recordPlannedOnEmptyOutbox() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let subscriber = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
+            // Empty and vacuumed, as after a purge: PostgreSQL takes both tables for empty, and a connection keeps the
+            // plan it makes then until the next ANALYZE, however many rows come.
+            try await harness.database.query("VACUUM ANALYZE risc_notifications")
+            try await harness.database.query("VACUUM ANALYZE risc_notification_leases")
+            try await harness.database.withConnection { connection in
+                let name = "record_plan_\(UUID().uuidString.prefix(8).lowercased())"
+                // Planned as the record is: in a transaction with its settings, once, for any outcomes.
+                func expectLookupsByKey(_ state: String) async throws {
+                    let plan = try await connection.transaction(logger: Harness.logger) { connection in
+                        try await connection.query(NotificationOutbox.planSettings, logger: Harness.logger)
+                        var plan: [String] = []
+                        for try await line in try await connection.query(
+                            PostgresQuery(unsafeSQL: "EXPLAIN EXECUTE \(name) ('[]', 'pending')"), logger: Harness.logger
+                        ).decode(String.self) {
+                            plan.append(line)
+                        }
+                        return plan
+                    }
+                    let shown = "\(state):\n\(plan.joined(separator: "\n"))"
+                    // Every scan of either table is bounded by a key: none reads the whole table, or every pending row.
+                    var scanned: Set<String> = []
+                    for (index, line) in plan.enumerated() {
+                        guard
+                            let table = ["risc_notifications", "risc_notification_leases"].first(where: {
+                                line.contains(" on \($0) ") || line.contains("Index Scan on \($0)_")
+                            }),
+                            line.contains("Scan"), !line.contains("Bitmap Heap Scan")
+                        else { continue }
+                        scanned.insert(table)
+                        let next = index + 1 < plan.count ? plan[index + 1].trimmingCharacters(in: .whitespaces) : ""
+                        #expect(!line.contains("Seq Scan") && next.hasPrefix("Index Cond:"), "\(line.trimmingCharacters(in: .whitespaces)), \(shown)")
+                    }
+                    #expect(scanned == ["risc_notifications", "risc_notification_leases"], "\(shown)")
+                }
+                try await connection.transaction(logger: Harness.logger) { connection in
+                    try await connection.query(NotificationOutbox.planSettings, logger: Harness.logger)
+                    try await connection.query(
+                        PostgresQuery(
+                            unsafeSQL: "PREPARE \(name) (\(NotificationOutbox.recordParameterTypes)) AS " + NotificationOutbox.recordSQL),
+                        logger: Harness.logger)
+                }
+                try await expectLookupsByKey("planned on an empty outbox")
+                // A backlog comes, some of it in flight: the plan made on the empty tables is the one still used.
+                try await harness.database.query(
+                    """
+                    INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
+                    SELECT \(subscriber), k, 'revoke_sessions', 'backlog-' || k, 0, k, 'jti-' || k, 'sessions-revoked', now()
+                    FROM generate_series(1, 6000) AS k
+                    """)
+                try await harness.database.query(
+                    "INSERT INTO risc_notification_leases SELECT id, 1, now() + interval '1 minute' FROM risc_notifications ORDER BY id LIMIT 40")
+                try await expectLookupsByKey("the same plan, with a backlog")
+                try await harness.database.query("ANALYZE risc_notifications")
+                try await harness.database.query("ANALYZE risc_notification_leases")
+                try await expectLookupsByKey("planned again, analyzed")
+                try await connection.query(PostgresQuery(unsafeSQL: "DEALLOCATE \(name)"), logger: Harness.logger)
+            }
+            // And the statement does its job over that backlog: each attempt recorded once, by its lease.
+            let store = NotificationOutbox(client: harness.database, logger: Harness.logger)
+            try await harness.database.query("DELETE FROM risc_notification_leases")
+            let claimed = try await store.claim(subscriber: subscriber, limit: 8, lease: .seconds(15))
+            #expect(claimed.count == 8)
+            let outcomes = claimed.map { (id: $0.id, attempt: $0.attempt, outcome: NotificationOutbox.Outcome.delivered) }
+            #expect(try await store.record(outcomes + [(claimed[0].id, claimed[0].attempt + 1, .dead(error: "not its attempt"))]) == 8)
+            #expect(try await store.record(outcomes) == 0, "recorded once")
         }
     }
 
