@@ -497,8 +497,8 @@ struct NotificationTests {
         }
     }
 
-    @Test("A record looks each notification and lease up by its key, with its plan made while the outbox was empty")
-    func recordPlannedOnEmptyOutbox() async throws {
+    @Test("A record looks each notification and lease up by its key, whatever the outbox held when its plan was made")
+    func recordLooksUpByKey() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
             let subscriber = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
             // Empty and vacuumed, as after a purge: PostgreSQL takes both tables for empty, and a connection keeps the
@@ -556,6 +556,13 @@ struct NotificationTests {
                 try await harness.database.query("ANALYZE risc_notifications")
                 try await harness.database.query("ANALYZE risc_notification_leases")
                 try await expectLookupsByKey("planned again, analyzed")
+                // The usual state: every notification delivered when ANALYZE last looked, so PostgreSQL expects none
+                // pending; then a subscriber's outage leaves a backlog.
+                try await harness.database.query("UPDATE risc_notifications SET status = 'delivered'")
+                try await harness.database.query("ANALYZE risc_notifications")
+                try await expectLookupsByKey("planned again, nothing pending when analyzed")
+                try await harness.database.query("UPDATE risc_notifications SET status = 'pending'")
+                try await expectLookupsByKey("the same plan, with a backlog since")
                 try await connection.query(PostgresQuery(unsafeSQL: "DEALLOCATE \(name)"), logger: Harness.logger)
             }
             // And the statement does its job over that backlog: each attempt recorded once, by its lease.
