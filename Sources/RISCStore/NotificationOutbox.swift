@@ -250,10 +250,15 @@ public struct NotificationOutbox: BoundedStore {
             try await connection.transaction(logger: logger) { connection in
                 try await connection.query(Self.planSettings, logger: logger)
                 var recorded = 0
-                for try await count in try await connection.executePrepared(
-                    RecordOutcomes(outcomes: JSONValue.array(rows).serialized), logger: logger)
-                {
-                    recorded = Int(count)
+                // In slices: each row updated reads every outcome of its statement (see RecordOutcomes), and the
+                // outcomes of many subscribers, or of records that failed meanwhile, can come to thousands.
+                for start in stride(from: 0, to: rows.count, by: RecordOutcomes.maximumOutcomes) {
+                    let slice = Array(rows[start..<min(start + RecordOutcomes.maximumOutcomes, rows.count)])
+                    for try await count in try await connection.executePrepared(
+                        RecordOutcomes(outcomes: JSONValue.array(slice).serialized), logger: logger)
+                    {
+                        recorded += Int(count)
+                    }
                 }
                 return recorded
             }
@@ -323,10 +328,12 @@ struct ClaimDue: PostgresPreparedStatement {
 /// Each table is reached only through `id = ANY(the ids)`, a lookup by its key. As a join, a plan made while
 /// PostgreSQL expected no pending row (the usual state: every notification delivered when ANALYZE last looked) or an
 /// empty outbox walked every pending row for each outcome, or every row; the connection kept that plan as a backlog
-/// grew (a subscriber's outage), until the next ANALYZE (in a profile, 45 ms for a record of about 40 outcomes,
-/// against 0.8 ms). For the same reason the status a row must still have is a parameter, not written into the
-/// text: then no partial index of pending rows can stand in for the key.
+/// grew (a subscriber's outage), until the table's statistics were next updated (in a profile, 45 ms for a record of
+/// about 40 outcomes, against 0.8 ms). For the same reason the status a row must still have is a parameter, not written into the
+/// text: then no partial index of pending rows can stand in for the key. Each updated row takes its outcome from a
+/// subquery that reads all of them, so a statement records at most `maximumOutcomes`.
 struct RecordOutcomes: PostgresPreparedStatement {
+    static let maximumOutcomes = 256
     static let parameterTypes = "text, text"
     static let sql = """
         WITH d AS (

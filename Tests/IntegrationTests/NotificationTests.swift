@@ -571,8 +571,18 @@ struct NotificationTests {
             let claimed = try await store.claim(subscriber: subscriber, limit: 8, lease: .seconds(15))
             #expect(claimed.count == 8)
             let outcomes = claimed.map { (id: $0.id, attempt: $0.attempt, outcome: NotificationOutbox.Outcome.delivered) }
-            #expect(try await store.record(outcomes + [(claimed[0].id, claimed[0].attempt + 1, .dead(error: "not its attempt"))]) == 8)
+            // Each twice, and one for an attempt that holds no lease: each is recorded once.
+            #expect(try await store.record(outcomes + outcomes + [(claimed[0].id, claimed[0].attempt + 1, .dead(error: "not its attempt"))]) == 8)
             #expect(try await store.record(outcomes) == 0, "recorded once")
+            // One no longer pending (an operator's hand, say): its lease ends, and it is not counted.
+            let rest = try await store.claim(subscriber: subscriber, limit: 7000, lease: .seconds(15))
+            #expect(rest.count == 6000 - 8)
+            try await harness.database.query("UPDATE risc_notifications SET status = 'dead' WHERE id = \(rest[0].id)")
+            // More outcomes than one statement takes: all recorded, in slices.
+            #expect(try await store.record(rest.map { ($0.id, $0.attempt, .delivered) }) == 6000 - 9)
+            #expect(try await harness.notifications(sub: rest[0].notification.sub ?? "").map(\.status) == ["dead"])
+            let leases = try await harness.database.query("SELECT count(*)::int8 FROM risc_notification_leases")
+            for try await count in leases.decode(Int64.self) { #expect(count == 0, "every lease ended with its record") }
         }
     }
 
