@@ -329,9 +329,9 @@ struct ClaimDue: PostgresPreparedStatement {
 /// PostgreSQL expected no pending row (the usual state: every notification delivered when ANALYZE last looked) or an
 /// empty outbox walked every pending row for each outcome, or every row; the connection kept that plan as a backlog
 /// grew (a subscriber's outage), until the table's statistics were next updated (in a profile, 45 ms for a record of
-/// about 40 outcomes, against 0.8 ms). For the same reason the status a row must still have is a parameter, not written into the
-/// text: then no partial index of pending rows can stand in for the key. Each updated row takes its outcome from a
-/// subquery that reads all of them, so a statement records at most `maximumOutcomes`.
+/// about 40 outcomes, against 0.8 ms). For the same reason the status a row must still have is a parameter, not
+/// written into the text: then no partial index of pending rows can stand in for the key. Each updated row takes its
+/// outcome from a subquery that reads all of them, so a statement records at most `maximumOutcomes`.
 struct RecordOutcomes: PostgresPreparedStatement {
     static let maximumOutcomes = 256
     static let parameterTypes = "text, text"
