@@ -177,6 +177,29 @@ extension Harness {
         }
         return found
     }
+
+    /// `rows` pending notifications to `subscriber`, written as the trigger would, one per user for 6,000 users
+    /// (`backlog-0` to `backlog-5999`): a 6,001st is a second one for `backlog-1`.
+    func fillOutbox(subscriber: Int64, rows: Int) async throws {
+        try await database.query(
+            """
+            INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
+            SELECT \(subscriber), k, 'revoke_sessions', 'backlog-' || (k % 6000), 0, k, 'jti-' || k, 'sessions-revoked', now()
+            FROM generate_series(1, \(rows)) AS k
+            """)
+    }
+
+    /// Leases the oldest `count` notifications for a minute, as dispatchers in flight hold them.
+    func leaseOldest(_ count: Int) async throws {
+        try await database.query(
+            "INSERT INTO risc_notification_leases SELECT id, 1, now() + interval '1 minute' FROM risc_notifications ORDER BY id LIMIT \(count)")
+    }
+
+    /// Has PostgreSQL read the statistics of the outbox and of its leases again (which also renews cached plans).
+    func analyzeOutboxAndLeases() async throws {
+        try await database.query("ANALYZE risc_notifications")
+        try await database.query("ANALYZE risc_notification_leases")
+    }
 }
 
 @Suite("Notifications to the app's services", .timeLimit(.minutes(3)))
@@ -424,12 +447,7 @@ struct NotificationTests {
         // A fresh database, as after a deployment: a burst fills the outbox before autovacuum's first ANALYZE.
         try await Harness.withIsolatedDatabase(Self.options) { harness in
             let subscriber = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/hook")
-            try await harness.database.query(
-                """
-                INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
-                SELECT \(subscriber), k, 'revoke_sessions', 'backlog-' || (k % 6000), 0, k, 'jti-' || k, 'sessions-revoked', now()
-                FROM generate_series(1, 6001) AS k
-                """)
+            try await harness.fillOutbox(subscriber: subscriber, rows: 6001)
             // The claim reads the due notifications in index order and stops at its limit: no sort of the backlog.
             func expectIndexOrder(_ state: String) async throws {
                 // Planned as the claim is: prepared, in a transaction with its settings, which plan it once for any
@@ -478,10 +496,8 @@ struct NotificationTests {
             // Then every row pending again, and some in flight (leased): the estimate of the rows left unleased fell
             // to one, which made reading and sorting them all look cheapest.
             try await harness.database.query("UPDATE risc_notifications SET status = 'pending'")
-            try await harness.database.query(
-                "INSERT INTO risc_notification_leases SELECT id, 1, now() + interval '1 minute' FROM risc_notifications ORDER BY id LIMIT 49")
-            try await harness.database.query("ANALYZE risc_notifications")
-            try await harness.database.query("ANALYZE risc_notification_leases")
+            try await harness.leaseOldest(49)
+            try await harness.analyzeOutboxAndLeases()
             try await expectIndexOrder("analyzed, all pending, some leased")
             try await harness.database.query("DELETE FROM risc_notification_leases")
             // As an anti-join, this took minutes (6,000 pending rows, 36 million comparisons); the plan above is what
@@ -544,17 +560,10 @@ struct NotificationTests {
                 }
                 try await expectLookupsByKey("planned on an empty outbox")
                 // A backlog comes, some of it in flight: the plan made on the empty tables is the one still used.
-                try await harness.database.query(
-                    """
-                    INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type, occurred_at)
-                    SELECT \(subscriber), k, 'revoke_sessions', 'backlog-' || k, 0, k, 'jti-' || k, 'sessions-revoked', now()
-                    FROM generate_series(1, 6000) AS k
-                    """)
-                try await harness.database.query(
-                    "INSERT INTO risc_notification_leases SELECT id, 1, now() + interval '1 minute' FROM risc_notifications ORDER BY id LIMIT 40")
+                try await harness.fillOutbox(subscriber: subscriber, rows: 6000)
+                try await harness.leaseOldest(40)
                 try await expectLookupsByKey("the same plan, with a backlog")
-                try await harness.database.query("ANALYZE risc_notifications")
-                try await harness.database.query("ANALYZE risc_notification_leases")
+                try await harness.analyzeOutboxAndLeases()
                 try await expectLookupsByKey("planned again, analyzed")
                 // The usual state: every notification delivered when ANALYZE last looked, so PostgreSQL expects none
                 // pending; then a subscriber's outage leaves a backlog.
