@@ -114,55 +114,67 @@ private struct Parser {
     mutating func parseString() throws(JSONParseError) -> String {
         index += 1
         let start = index
-        // Fast path: no escapes.
+        // Fast path: no escapes, so the string is the bytes between the quotes.
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                let raw = bytes[start..<index]
+                let string = try validated(start..<index)
                 index += 1
-                guard let string = String(validating: raw, as: UTF8.self), !raw.contains(0) else { throw error }
                 return string
             }
             if byte == UInt8(ascii: "\\") { break }
             guard byte >= 0x20 else { throw error }
             index += 1
         }
-        var scalars = String.UnicodeScalarView()
-        guard let prefix = String(validating: bytes[start..<index], as: UTF8.self) else { throw error }
-        scalars.append(contentsOf: prefix.unicodeScalars)
-        var runStart = index
+        // With escapes (Foundation's encoder writes every "/" as "\/"): the unescaped UTF-8 is gathered and checked
+        // once. An escape adds whole scalars, so it cannot complete or split a sequence of raw bytes around it: the
+        // whole is valid exactly when each raw run is.
+        var utf8: [UInt8] = []
+        utf8.reserveCapacity(index - start + 32)
+        utf8.append(contentsOf: bytes[start..<index])
         while index < bytes.count {
             let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
-                guard let run = String(validating: bytes[runStart..<index], as: UTF8.self) else { throw error }
-                scalars.append(contentsOf: run.unicodeScalars)
-                if byte == UInt8(ascii: "\"") {
-                    index += 1
-                    return String(scalars)
-                }
+            if byte == UInt8(ascii: "\"") {
                 index += 1
-                guard index < bytes.count else { throw error }
-                let escape = bytes[index]
-                index += 1
-                switch escape {
-                case UInt8(ascii: "\""): scalars.append("\"")
-                case UInt8(ascii: "\\"): scalars.append("\\")
-                case UInt8(ascii: "/"): scalars.append("/")
-                case UInt8(ascii: "b"): scalars.append("\u{08}")
-                case UInt8(ascii: "f"): scalars.append("\u{0C}")
-                case UInt8(ascii: "n"): scalars.append("\n")
-                case UInt8(ascii: "r"): scalars.append("\r")
-                case UInt8(ascii: "t"): scalars.append("\t")
-                case UInt8(ascii: "u"): scalars.append(try parseUnicodeEscape())
-                default: throw error
-                }
-                runStart = index
-                continue
+                guard let string = utf8.withUnsafeBufferPointer(Self.string(utf8:)) else { throw error }
+                return string
             }
             guard byte >= 0x20 else { throw error }
             index += 1
+            guard byte == UInt8(ascii: "\\") else {
+                utf8.append(byte)
+                continue
+            }
+            guard index < bytes.count else { throw error }
+            let escape = bytes[index]
+            index += 1
+            switch escape {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): utf8.append(escape)
+            case UInt8(ascii: "b"): utf8.append(0x08)
+            case UInt8(ascii: "f"): utf8.append(0x0C)
+            case UInt8(ascii: "n"): utf8.append(0x0A)
+            case UInt8(ascii: "r"): utf8.append(0x0D)
+            case UInt8(ascii: "t"): utf8.append(0x09)
+            case UInt8(ascii: "u"): utf8.append(contentsOf: UTF8.encode(try parseUnicodeEscape())!)
+            default: throw error
+            }
         }
         throw error
+    }
+
+    /// The bytes in `range` as a string, if they are UTF-8.
+    func validated(_ range: Range<Int>) throws(JSONParseError) -> String {
+        guard let string = bytes.withUnsafeBufferPointer({ Self.string(utf8: UnsafeBufferPointer(rebasing: $0[range])) }) else {
+            throw JSONParseError(offset: range.upperBound)
+        }
+        return string
+    }
+
+    /// `utf8` as a string, if it is UTF-8. ASCII, nearly every string of a SET, is decoded as it stands; the
+    /// initializer that validates is generic over the encoding, and looked its types up at run time, for each string.
+    static func string(utf8: UnsafeBufferPointer<UInt8>) -> String? {
+        if utf8.allSatisfy({ $0 < 0x80 }) { return String(decoding: utf8, as: UTF8.self) }
+        return String(validating: utf8, as: UTF8.self)
     }
 
     mutating func parseHex4() throws(JSONParseError) -> UInt32 {
@@ -223,8 +235,7 @@ private struct Parser {
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard digits(&self) > 0 else { throw error }
         }
-        guard let text = String(validating: bytes[start..<index], as: UTF8.self), let value = Double(text), value.isFinite
-        else { throw error }
+        guard let value = Double(try validated(start..<index)), value.isFinite else { throw error }
         return value
     }
 }

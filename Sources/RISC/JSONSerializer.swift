@@ -1,40 +1,41 @@
 extension JSONValue {
     /// Compact JSON with sorted keys, so equal values serialize identically.
     public var serialized: String {
-        var output = ""
+        // Written as UTF-8 bytes, made a string once: appending to a String checks its capacity and form each time.
+        var output: [UInt8] = []
         output.reserveCapacity(256)
         write(to: &output)
-        return output
+        return String(decoding: output, as: UTF8.self)
     }
 
-    private func write(to output: inout String) {
+    private func write(to output: inout [UInt8]) {
         switch self {
-        case .null: output += "null"
-        case .bool(let value): output += value ? "true" : "false"
+        case .null: output.append(contentsOf: "null".utf8)
+        case .bool(let value): output.append(contentsOf: (value ? "true" : "false").utf8)
         case .number(let value):
             if value == value.rounded(), abs(value) < 1e15 {
-                output += String(Int64(value))
+                output.append(contentsOf: String(Int64(value)).utf8)
             } else {
-                output += "\(value)"
+                output.append(contentsOf: "\(value)".utf8)
             }
         case .string(let value): Self.writeString(value, to: &output)
-        case .verbatim(let text): output += text
+        case .verbatim(let text): output.append(contentsOf: text.utf8)
         case .array(let values):
-            output += "["
+            output.append(UInt8(ascii: "["))
             for (index, value) in values.enumerated() {
-                if index > 0 { output += "," }
+                if index > 0 { output.append(UInt8(ascii: ",")) }
                 value.write(to: &output)
             }
-            output += "]"
+            output.append(UInt8(ascii: "]"))
         case .object(let members):
-            output += "{"
-            for (index, key) in members.keys.sorted(by: Self.byteOrder).enumerated() {
-                if index > 0 { output += "," }
-                Self.writeString(key, to: &output)
-                output += ":"
-                members[key]!.write(to: &output)
+            output.append(UInt8(ascii: "{"))
+            for (index, member) in members.sorted(by: { Self.byteOrder($0.key, $1.key) }).enumerated() {
+                if index > 0 { output.append(UInt8(ascii: ",")) }
+                Self.writeString(member.key, to: &output)
+                output.append(UInt8(ascii: ":"))
+                member.value.write(to: &output)
             }
-            output += "}"
+            output.append(UInt8(ascii: "}"))
         }
     }
 
@@ -45,27 +46,25 @@ extension JSONValue {
         a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
-    private static func writeString(_ value: String, to output: inout String) {
-        output += "\""
-        // Most strings (URIs, subs, ids) need no escape: one append instead of one per scalar.
-        if !value.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-            output += value
-            output += "\""
-            return
-        }
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": output += "\\\""
-            case "\\": output += "\\\\"
-            case "\n": output += "\\n"
-            case "\r": output += "\\r"
-            case "\t": output += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                output += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: output.unicodeScalars.append(scalar)
+    /// Byte by byte: only ASCII is escaped (a quote, a backslash, a control character), and the bytes of every other
+    /// scalar are never ASCII, so they pass through as they are.
+    private static func writeString(_ value: String, to output: inout [UInt8]) {
+        output.append(UInt8(ascii: "\""))
+        for byte in value.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): output.append(contentsOf: #"\""#.utf8)
+            case UInt8(ascii: "\\"): output.append(contentsOf: #"\\"#.utf8)
+            case 0x0A: output.append(contentsOf: #"\n"#.utf8)
+            case 0x0D: output.append(contentsOf: #"\r"#.utf8)
+            case 0x09: output.append(contentsOf: #"\t"#.utf8)
+            case ..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                output.append(contentsOf: #"\u00"#.utf8)
+                output.append(hex[Int(byte >> 4)])
+                output.append(hex[Int(byte & 0x0F)])
+            default: output.append(byte)
             }
         }
-        output += "\""
+        output.append(UInt8(ascii: "\""))
     }
 }

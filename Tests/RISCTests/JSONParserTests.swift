@@ -23,6 +23,22 @@ struct JSONParserTests {
         #expect(parse("\"ünïcødé\"") == .string("ünïcødé"))
     }
 
+    @Test("Escapes beside raw UTF-8: each raw run must be UTF-8 on its own")
+    func escapesBesideRawUTF8() {
+        #expect(parse(#""https:\/\/accounts.google.com\/""#) == .string("https://accounts.google.com/"))
+        #expect(parse(#""é\/ü\u00e9😀\n""#) == .string("é/üé😀\n"))
+        // A raw byte that is not UTF-8, or a sequence cut short, before or after an escape.
+        for bytes: [UInt8] in [
+            [0x22, 0xFF, 0x5C, 0x2F, 0x22], [0x22, 0x5C, 0x2F, 0xFF, 0x22], [0x22, 0xC3, 0x5C, 0x6E, 0x22],
+            [0x22, 0x5C, 0x6E, 0xA9, 0x22], [0x22, 0xE2, 0x98, 0x5C, 0x2F, 0x22], [0x22, 0xC3, 0x5C, 0x75, 0x30, 0x30, 0x41, 0x39, 0x22],
+        ] {
+            #expect((try? JSONValue.parse(bytes)) == nil, "\(bytes)")
+        }
+        // Neither a control character nor an unterminated string after an escape.
+        #expect(parse("\"\\/\u{01}\"") == nil)
+        #expect(parse(#""\/abc"#) == nil)
+    }
+
     @Test(
         "Invalid JSON is refused",
         arguments: [
@@ -66,6 +82,8 @@ struct JSONParserTests {
         #expect(text.hasPrefix(#"{"a":{"nested":null,"t":true},"b":[1,2.5,"#))
         #expect(try JSONValue.parse(Array(text.utf8)) == value)
         #expect(try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)) == value)
+        // Only ASCII is escaped, control characters as \u00XX; every other scalar is written as it is.
+        #expect(JSONValue.string("a\"\\\n\r\t\u{08}\u{1f}/é😀").serialized == #""a\"\\\n\r\t\u0008\u001f/é😀""#)
     }
 
     @Test("Serialization is deterministic even for keys Swift's String ordering cannot order (found by fuzzing)")
