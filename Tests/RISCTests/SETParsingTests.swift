@@ -27,6 +27,23 @@ struct SETRejectionTests {
         #expect(T.rejection(body)?.code == .invalidRequest)
     }
 
+    @Test("A compact JWS is split at exactly two dots, and signs what precedes the second")
+    func compactFraming() throws {
+        let jws = try CompactJWS("e30.eyJhIjoxfQ.c2ln")
+        #expect(jws.header == Data("{}".utf8))
+        #expect(jws.payload == Data(#"{"a":1}"#.utf8))
+        #expect(jws.signature == Data("sig".utf8))
+        #expect(jws.signingInput == Data("e30.eyJhIjoxfQ".utf8))
+        // An empty signature is framing (an unsecured JWS); an empty header or payload is not.
+        #expect(try CompactJWS("e30.e30.").signature.isEmpty)
+        for framing in ["", "e30", "e30.e30", ".e30.c2ln", "e30..c2ln", "e30.e30.c2ln.", "e30.e30.c2ln.c2ln", "..", "..."] {
+            #expect(throws: CompactJWS.Malformed.notThreeSegments) { try CompactJWS(framing) }
+        }
+        for encoding in ["e3.e30.c2ln", "e30.e3!.c2ln", "e30.e30.c2l", "e30.e30.c2ln=", "ë30.e30.c2ln"] {
+            #expect(throws: CompactJWS.Malformed.notBase64URL) { try CompactJWS(encoding) }
+        }
+    }
+
     @Test("Non-canonical base64url (unused low bits set) is invalid_request: a token has one spelling")
     func nonCanonicalBase64() {
         // "e30" and "e31" both decode to "{}"; only the first is canonical.
