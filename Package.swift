@@ -147,6 +147,8 @@ let package = Package(
             // The commit it was built from, for --version.
             plugins: ["EmbedBuildInfo"]
         ),
+        // What parsing a SET costs, beside Foundation doing the same (scripts/bench-parse.sh).
+        .executableTarget(name: "bench-parse", dependencies: ["RISC"], path: "benchmarks/parse"),
         .testTarget(
             name: "RISCTests",
             dependencies: ["RISC", "TestSupport"],

@@ -119,9 +119,9 @@ fi
 # every other script the README names.
 if [ $# -eq 0 ]; then
   # The house style, written down in .swift-format (after Hummingbird's); `swift format format --in-place
-  # --recursive Sources Tests Plugins Package.swift` applies it.
+  # --recursive Sources Tests Plugins benchmarks/parse Package.swift` applies it.
   stage "swift format lint --strict: the code is formatted as .swift-format says"
-  swift format lint --strict --recursive --parallel Sources Tests Plugins Package.swift
+  swift format lint --strict --recursive --parallel Sources Tests Plugins benchmarks/parse Package.swift
   tools_ensure_installed curl:curl ss:iproute2 pgrep:procps
   stage "fault-injection suite (about 2 minutes)"
   RISC_BIN="$(swift build --show-bin-path)/risc-receiver" scripts/fault-suite.sh
@@ -130,8 +130,8 @@ if [ $# -eq 0 ]; then
   stage "scripts/run-local.sh: started twice, with a busy port, its walkthrough as printed, stopped by signals"
   scripts/check-run-local.sh
   # Every other script the README tells users to run gets a short run, so none stops working unnoticed: the
-  # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (each exits
-  # non-zero when a 202 was not stored), and the release tarball. These share one release build (.build-release,
+  # fuzzer for a fixed time (it exits non-zero on any crash), the benchmarks with tiny sizes (those that send SETs
+  # exit non-zero when a 202 was not stored), and the release tarball. These share one release build (.build-release,
   # Swift's runtime linked in, as it ships).
   stage "fuzz/make-corpus.py writes the committed seed corpus again, byte for byte"
   python3 fuzz/make-corpus.py >/dev/null
@@ -156,6 +156,7 @@ if [ $# -eq 0 ]; then
   scripts/bench-accounts.sh 20 300 1
   RISC_BENCH_TOKENS_PER_RUN=300 scripts/bench-growth.sh 2000 4 1
   scripts/bench-poll.sh 500 4 1 3
+  scripts/bench-parse.sh 1000
   stage "scripts/release.sh, checked: the tarball's binary runs alone, with no Swift installed, and names its commit"
   scripts/check-release.sh
 fi
