@@ -5,6 +5,8 @@
 /// PostgreSQL's jsonb would refuse later (lone surrogates, NUL), and bounds nesting so hostile input cannot
 /// exhaust the stack.
 public struct JSONParseError: Error, Sendable, Equatable {
+    /// About where reading stopped, for a person looking at the input: not exact, and not kept the same from one
+    /// release to the next (a string's UTF-8 is checked at its end).
     public let offset: Int
 }
 

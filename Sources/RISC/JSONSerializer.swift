@@ -46,6 +46,8 @@ extension JSONValue {
         a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
     /// Byte by byte: only ASCII is escaped (a quote, a backslash, a control character), and the bytes of every other
     /// scalar are never ASCII, so they pass through as they are.
     private static func writeString(_ value: String, to output: inout [UInt8]) {
@@ -58,10 +60,9 @@ extension JSONValue {
             case 0x0D: output.append(contentsOf: #"\r"#.utf8)
             case 0x09: output.append(contentsOf: #"\t"#.utf8)
             case ..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
                 output.append(contentsOf: #"\u00"#.utf8)
-                output.append(hex[Int(byte >> 4)])
-                output.append(hex[Int(byte & 0x0F)])
+                output.append(hexDigits[Int(byte >> 4)])
+                output.append(hexDigits[Int(byte & 0x0F)])
             default: output.append(byte)
             }
         }
