@@ -65,13 +65,19 @@ public enum DatabaseURL {
         return Parts(address: .tcp(host: host, port: port), username: username, password: password, database: databaseName, tls: tls)
     }
 
-    /// The logger to give postgres-nio's pool: never below debug. At trace it logs every message it sends and
-    /// receives, bound values and rows included: session rows, subscribers' secrets, claims.
-    public static func poolLogger(_ logger: Logger) -> Logger {
+    /// The logger to give postgres-nio's pool: never below debug (`floor`). At trace it logs every message it sends
+    /// and receives, bound values and rows included: session rows, subscribers' secrets, claims.
+    public static func poolLogger(_ logger: Logger, atLeast floor: Logger.Level = .debug) -> Logger {
         let handler = logger.handler
         var poolLogger = Logger(label: logger.label) { _ in EarlyLeaseFilter(wrapping: handler) }
-        poolLogger.logLevel = max(logger.logLevel, .debug)
+        poolLogger.logLevel = max(logger.logLevel, floor)
         return poolLogger
+    }
+
+    /// The pool of a one-shot command. Its routine lines are not the command's output, so it logs warnings and
+    /// worse only, and never the early-lease warning: a script reads a command's standard error.
+    public static func commandClient(_ url: String, logger: Logger) throws -> PostgresClient {
+        PostgresClient(configuration: try configuration(from: url), backgroundLogger: poolLogger(logger, atLeast: .warning))
     }
 
     public static func configuration(from url: String) throws -> PostgresClient.Configuration {

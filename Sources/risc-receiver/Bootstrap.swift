@@ -120,7 +120,7 @@ enum Bootstrap {
         } catch {
             throw fail(error.description)
         }
-        return PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: libraryLogger)
+        return try DatabaseURL.commandClient(url, logger: logger)
     }
 
     static func fail(_ message: String, code: Int32 = 1) -> ExitCode {

@@ -48,7 +48,7 @@ struct StreamOptions: ParsableArguments {
         let logger = quiet
         do {
             try await DatabaseURL.check(databaseURL, logger: logger, describeNetwork: NetworkErrors.describe)
-            let client = PostgresClient(configuration: try DatabaseURL.configuration(from: databaseURL), backgroundLogger: logger)
+            let client = try DatabaseURL.commandClient(databaseURL, logger: logger)
             try await client.whileRunning(timeout: .seconds(10)) { client in
                 try await DeliveryProbes(logger: logger).recordStreamChange(change, client: client)
             }

@@ -24,6 +24,37 @@ struct OperationsTests {
         }
     }
 
+    @Test("A command's pool leased before run() says nothing: a command's standard error stays its one line")
+    func commandPoolEarlyLease() async throws {
+        let url = Harness.environment("RISC_TEST_DATABASE_URL")
+        // A lease made before run() is answered once the pool runs. A command's body starts when run() is called,
+        // which on another thread may not yet have marked the client running (seen in CI, on `migrate`).
+        func leaseBeforeRun(_ client: PostgresClient, until seen: @escaping @Sendable () -> Bool) async throws -> Int? {
+            try await withThrowingTaskGroup(of: Int?.self) { group in
+                group.addTask { try await client.query("SELECT 7").collect().first?.decode(Int.self) }
+                let deadline = ContinuousClock.now + .seconds(2)
+                while !seen() && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+                group.addTask {
+                    await client.run()
+                    return nil
+                }
+                let answer = try await group.next()!
+                group.cancelAll()
+                return answer
+            }
+        }
+        let message = "hasn't been called yet"
+        let plain = LoggedWarnings()
+        let plainClient = PostgresClient(configuration: try DatabaseURL.configuration(from: url), backgroundLogger: plain.logger())
+        // The control: the same lease on a pool with the command's logger as it is warns.
+        #expect(try await leaseBeforeRun(plainClient) { plain.contains(message) } == 7)
+        #expect(plain.contains(message))
+        let command = LoggedWarnings()
+        let commandClient = try DatabaseURL.commandClient(url, logger: command.logger())
+        #expect(try await leaseBeforeRun(commandClient) { command.contains(message) } == 7)
+        #expect(!command.contains(message))
+    }
+
     @Test("No session of the service compiles a statement with JIT, even in a database set to compile every one")
     func noJITCompilation() async throws {
         try await IsolatedDatabase.with { database in
