@@ -996,63 +996,6 @@ struct NotificationTests {
         }
     }
 
-    @Test("An action committed while a subscriber is removed still commits; no notification outlives the subscriber")
-    func removalDuringAnAction() async throws {
-        try await Harness.withIsolatedDatabase(Self.options) { harness in
-            let kept = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/kept")
-            let removed = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/removed")
-            let sub = "removal-\(UUID().uuidString)"
-            let jti = try await harness.sendAndWait("sessions-revoked", sub: sub)
-            var eventID: Int64 = 0
-            for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
-            let actions = JSONValue.array([
-                [
-                    "event": .number(Double(eventID)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
-                    "client_ids": [],
-                ]
-            ]).serialized
-            func count(_ subscriber: Int64) async throws -> Int64 {
-                var found: Int64 = -1
-                for try await n in try await harness.database.query(
-                    "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(subscriber)"
-                ).decode(Int64.self) { found = n }
-                return found
-            }
-            #expect(try await count(kept) == 1)
-            #expect(try await count(removed) == 1)
-            // The removal holds its transaction open while the same action is applied again (the worker's path)
-            // beside it; then it commits.
-            try await harness.database.withConnection { removal in
-                try await removal.query("BEGIN", logger: Harness.logger)
-                try await removal.query("DELETE FROM risc_subscribers WHERE id = \(removed)", logger: Harness.logger)
-                let action = Task {
-                    try await harness.database.transaction(logger: Harness.logger) { connection in
-                        // Read to the end: an error while it runs comes with its rows.
-                        for try await _ in try await connection.query(
-                            "SELECT * FROM risc_apply_actions(\(actions)::jsonb, NULL, '{}')", logger: Harness.logger)
-                        {}
-                    }
-                }
-                try await Task.sleep(for: .milliseconds(500))
-                try await removal.query("COMMIT", logger: Harness.logger)
-                // Under a foreign key to the subscriber, this failed: the row its notification named was deleted.
-                do {
-                    try await action.value
-                } catch let error as PSQLError {
-                    Issue.record("the action failed: \(error.serverInfo?[.message] ?? "\(error.code)")")
-                }
-            }
-            #expect(try await count(removed) == 0, "no notification outlives its subscriber")
-            let keptCount = try await count(kept)
-            #expect(keptCount == 2, "the action committed, and notified the subscriber that stays")
-            var leases: Int64 = -1
-            for try await n in try await harness.database.query(
-                "SELECT count(*)::int8 FROM risc_notification_leases l WHERE NOT EXISTS (SELECT 1 FROM risc_notifications n WHERE n.id = l.notification_id)"
-            ).decode(Int64.self) { leases = n }
-            #expect(leases == 0)
-        }
-    }
-
     @Test("subscribers add|list|remove and notifications list|show|replay from the CLI; https only, except on loopback")
     func commandLine() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
