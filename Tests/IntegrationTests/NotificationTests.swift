@@ -167,6 +167,19 @@ extension Harness {
         return Int64(try #require(reply.json["id"]?.number))
     }
 
+    /// The actions argument of `risc_apply_actions` that revokes `sub`'s sessions again for the event `jti`: what a
+    /// worker applies for it.
+    func revocationActions(jti: String, sub: String) async throws -> String {
+        var eventID: Int64 = 0
+        for try await id in try await database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
+        return JSONValue.array([
+            [
+                "event": .number(Double(eventID)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
+                "client_ids": [],
+            ]
+        ]).serialized
+    }
+
     /// (status, attempts, webhook_id) of each notification about `sub`, oldest first.
     func notifications(sub: String) async throws -> [(status: String, attempts: Int, webhookID: String, kind: String)] {
         var found: [(String, Int, String, String)] = []
@@ -842,14 +855,7 @@ struct NotificationTests {
             let jti = try await harness.sendAndWait("sessions-revoked", sub: sub)
             #expect(try await harness.notifications(sub: sub).count == 1)
             // The worker's own path: apply again inside a transaction that then fails.
-            var eventID: Int64 = 0
-            for try await id in try await harness.database.query("SELECT id FROM risc_events WHERE jti = \(jti)").decode(Int64.self) { eventID = id }
-            let actions = JSONValue.array([
-                [
-                    "event": .number(Double(eventID)), "position": 0, "kind": "revoke_sessions", "sub": .string(sub), "argument": .null,
-                    "client_ids": [],
-                ]
-            ]).serialized
+            let actions = try await harness.revocationActions(jti: jti, sub: sub)
             await #expect(throws: (any Error).self) {
                 try await harness.database.transaction(logger: Harness.logger) { connection in
                     try await connection.query("SELECT * FROM risc_apply_actions(\(actions)::jsonb, NULL, '{}')", logger: Harness.logger)
@@ -993,6 +999,72 @@ struct NotificationTests {
                 #expect(Set(deliveries.map(\.webhookID)).count == 1)
                 #expect(deliveries.allSatisfy { $0.verified })
             }
+        }
+    }
+
+    @Test(
+        "A subscriber removed while an action commits: the action commits, and no notification outlives the subscriber",
+        arguments: [true, false])
+    func removalBesideAnAction(removalFirst: Bool) async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let kept = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/kept")
+            let removed = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/removed")
+            let sub = "removal-\(UUID().uuidString)"
+            let jti = try await harness.sendAndWait("sessions-revoked", sub: sub)
+            // The same action applied again, as a worker would: it notifies each subscriber once more.
+            let actions = try await harness.revocationActions(jti: jti, sub: sub)
+            func count(_ subscriber: Int64) async throws -> Int64 {
+                var found: Int64 = -1
+                for try await n in try await harness.database.query(
+                    "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(subscriber)"
+                ).decode(Int64.self) { found = n }
+                return found
+            }
+            #expect(try await count(kept) == 1)
+            #expect(try await count(removed) == 1)
+            // One transaction is held open while the other starts beside it, then commits.
+            try await harness.database.withConnection { first in
+                try await first.query("BEGIN", logger: Harness.logger)
+                let apply: PostgresQuery = "SELECT * FROM risc_apply_actions(\(actions)::jsonb, NULL, '{}')"
+                let remove: PostgresQuery = "DELETE FROM risc_subscribers WHERE id = \(removed)"
+                // Rows read to the end: an error while a statement runs comes with its rows.
+                for try await _ in try await first.query(removalFirst ? remove : apply, logger: Harness.logger) {}
+                let second = Task {
+                    try await harness.database.withConnection { connection in
+                        for try await _ in try await connection.query(removalFirst ? apply : remove, logger: Harness.logger) {}
+                    }
+                }
+                // Committed only once the second waits for the first's lock: the moment the race is about.
+                var firstPID: Int32 = 0
+                for try await pid in try await first.query("SELECT pg_backend_pid()", logger: Harness.logger).decode(Int32.self) { firstPID = pid }
+                try await eventually("the second transaction waits for the first") {
+                    var waiting: Int64 = 0
+                    for try await n in try await harness.database.query(
+                        "SELECT count(*)::int8 FROM pg_stat_activity WHERE \(firstPID) = ANY (pg_blocking_pids(pid))"
+                    ).decode(Int64.self) { waiting = n }
+                    return waiting > 0
+                }
+                try await first.query("COMMIT", logger: Harness.logger)
+                do {
+                    try await second.value
+                } catch let error as PSQLError {
+                    Issue.record("the second transaction failed: \(error.serverInfo?[.message] ?? "\(error.code)")")
+                }
+            }
+            #expect(try await count(removed) == 0, "no notification outlives its subscriber")
+            #expect(try await count(kept) == 2, "the action committed, and notified the subscriber that stays")
+            // Under REPEATABLE READ a removal would miss what was written meanwhile: it is refused.
+            try await harness.database.withConnection { connection in
+                try await connection.query("BEGIN ISOLATION LEVEL REPEATABLE READ", logger: Harness.logger)
+                await #expect(throws: PSQLError.self) {
+                    for try await _ in try await connection.query("DELETE FROM risc_subscribers WHERE id = \(kept)", logger: Harness.logger) {}
+                }
+                try await connection.query("ROLLBACK", logger: Harness.logger)
+            }
+            #expect(try await count(kept) == 2)
+            // Truncating the subscribers takes their notifications too, as TRUNCATE ... CASCADE did under a foreign key.
+            for try await _ in try await harness.database.query("TRUNCATE risc_subscribers") {}
+            #expect(try await count(kept) == 0)
         }
     }
 

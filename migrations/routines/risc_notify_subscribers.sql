@@ -31,7 +31,10 @@ BEGIN
      -- A shadow action changed nothing, so there is nothing to tell.
      WHERE NOT a.shadow AND NOT a.skipped AND a.kind IN ('revoke_sessions', 'delete_grants', 'delete_grant_by_prefix', 'delete_grant_by_hash',
                       'disable_sign_in', 'enable_sign_in', 'flag_for_review', 'require_credential_change')
-     ORDER BY a.id, s.id;
+     ORDER BY a.id, s.id
+     -- Held until the transaction ends: a removal of the subscriber waits for it, then takes the notifications it
+     -- wrote (risc_subscriber_removed). A subscriber removed meanwhile is skipped, not an error.
+     FOR KEY SHARE OF s;
     RETURN NULL;
 END
 $$;
