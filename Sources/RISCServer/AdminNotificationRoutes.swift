@@ -45,6 +45,8 @@ struct AdminNotificationRoutes<Context: RequestContext, Store: NotificationAdmin
             return try JSONResponse.make(status: .accepted, encoding: AdminAPI.Replayed(id: id, status: NotificationStatus.pending.rawValue))
         case .notFound: throw APIError(.notFound, "not_found")
         case .pending: throw APIError(.conflict, "not_replayable", description: "the notification is still pending: it will be sent")
+        case .subscriberRemoved:
+            throw APIError(.conflict, "not_replayable", description: "the notification's subscriber was removed")
         }
     }
 }

@@ -83,32 +83,45 @@ public struct NotificationOutbox: BoundedStore {
         case notFound
         /// Still pending: it will be sent anyway.
         case pending
+        /// Delivered to a subscriber since removed (its delivered notifications stay until retention).
+        case subscriberRemoved
     }
 
     /// Sends a dead (or delivered) notification again, with the same `webhook-id`, attempts counted afresh.
     public func replay(id: Int64) async throws -> ReplayOutcome {
         try await bounded { connection in
-            let rows = try await connection.query(
-                """
-                WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
-                -- A lease left over (a late record) would count attempts the replay starts afresh.
-                unleased AS (
-                    DELETE FROM risc_notification_leases l USING target
-                    WHERE l.notification_id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
-                ),
-                updated AS (
-                    UPDATE risc_notifications n
-                    SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
-                        delivered_at = NULL
-                    FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
-                    RETURNING n.id
-                )
-                SELECT EXISTS (SELECT 1 FROM updated) FROM target
-                """, logger: logger)
-            var outcome = ReplayOutcome.notFound
-            for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
-            if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
-            return outcome
+            try await connection.transaction(logger: logger) { connection in
+                // Its subscriber first, share-locked as an action's notifications lock it, and before the notification, in
+                // the order a removal takes them: a removal waits for this replay and then deletes the row it made
+                // pending; a replay after a removal finds no subscriber, and leaves the row as it is.
+                let subscribers = try await connection.values(
+                    "SELECT subscriber_id FROM risc_notifications WHERE id = \(id)", as: Int64.self, logger: logger)
+                guard let subscriber = subscribers.first else { return ReplayOutcome.notFound }
+                let present = try await connection.values(
+                    "SELECT id FROM risc_subscribers WHERE id = \(subscriber) FOR KEY SHARE", as: Int64.self, logger: logger)
+                guard !present.isEmpty else { return .subscriberRemoved }
+                let rows = try await connection.query(
+                    """
+                    WITH target AS (SELECT id, status FROM risc_notifications WHERE id = \(id) FOR UPDATE),
+                    -- A lease left over (a late record) would count attempts the replay starts afresh.
+                    unleased AS (
+                        DELETE FROM risc_notification_leases l USING target
+                        WHERE l.notification_id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
+                    ),
+                    updated AS (
+                        UPDATE risc_notifications n
+                        SET status = \(NotificationStatus.pending), attempts = 0, next_attempt_at = now(), last_error = NULL,
+                            delivered_at = NULL
+                        FROM target WHERE n.id = target.id AND target.status = ANY(\(NotificationStatus.replayable))
+                        RETURNING n.id
+                    )
+                    SELECT EXISTS (SELECT 1 FROM updated) FROM target
+                    """, logger: logger)
+                var outcome = ReplayOutcome.notFound
+                for try await updated in rows.decode(Bool.self) { outcome = updated ? .replayed : .pending }
+                if outcome == .replayed { try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: logger) }
+                return outcome
+            }
         }
     }
 

@@ -210,7 +210,8 @@ public struct SubscriberStore: SealingStore {
         }
     }
 
-    /// Removes a subscriber and its notifications (undelivered ones are not sent). False if there was none.
+    /// Removes a subscriber and its pending and dead notifications (never sent now); its delivered ones stay, a record
+    /// of what it was sent, until retention deletes them. False if there was none.
     public func remove(subscriber id: Int64) async throws -> Bool {
         try await bounded { connection in
             let rows = try await connection.query("DELETE FROM risc_subscribers WHERE id = \(id) RETURNING id", logger: logger)

@@ -113,7 +113,8 @@ struct SubscribersRotateSecret: AsyncParsableCommand {
 
 struct SubscribersRemove: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "remove", abstract: "Remove a subscriber and its notifications (undelivered ones are not sent).",
+        commandName: "remove",
+        abstract: "Remove a subscriber and its undelivered notifications (never sent now; delivered ones stay until retention).",
         discussion: EnvironmentHelp.database)
     @Argument(help: "The subscriber id.") var id: Int64
     @OptionGroup var options: AdminOptions
@@ -222,7 +223,8 @@ struct NotificationsReplay: AsyncParsableCommand {
                 case .replayed: replayed.append(candidate)
                 case .notFound where id != nil: return ([], "no notification \(candidate)")
                 case .pending where id != nil: return ([], "notification \(candidate) is still pending: it will be sent")
-                case .notFound, .pending: break
+                case .subscriberRemoved where id != nil: return ([], "notification \(candidate)'s subscriber was removed")
+                case .notFound, .pending, .subscriberRemoved: break
                 }
             }
             return (replayed, nil)

@@ -1070,6 +1070,76 @@ struct NotificationTests {
         }
     }
 
+    @Test(
+        "A removal reads only the subscriber's pending and dead notifications, not the whole outbox; its delivered ones stay, and are not replayed"
+    )
+    func removalReadsOnlyWhatItDeletes() async throws {
+        try await Harness.withIsolatedDatabase(Self.options) { harness in
+            let removed = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/removed")
+            let kept = try await harness.addSubscriber(TestSubscriber(), url: "http://127.0.0.1:9/kept")
+            // An outbox of delivered notifications, as after weeks of traffic, with a few pending and dead for each, as
+            // PostgreSQL last analyzed it; then the other subscriber's backlog grew. Pending ones are due in an hour: no
+            // dispatcher takes them meanwhile.
+            func insert(_ subscriber: Int64, _ status: String, _ rows: Int) async throws {
+                try await harness.database.query(
+                    """
+                    INSERT INTO risc_notifications (subscriber_id, action_id, kind, sub, count, event_id, event_jti, event_type,
+                                                    occurred_at, status, next_attempt_at)
+                    SELECT \(subscriber), k, 'revoke_sessions', 'removal-' || k, 0, k, 'jti-' || k, 'sessions-revoked', now(),
+                           \(status), now() + interval '1 hour'
+                    FROM generate_series(1, \(rows)) AS k
+                    """)
+            }
+            for subscriber in [removed, kept] {
+                for (status, rows) in [("delivered", 20_000), ("pending", 3), ("dead", 2)] { try await insert(subscriber, status, rows) }
+            }
+            try await harness.analyzeOutboxAndLeases()
+            try await insert(kept, "pending", 1_997)
+            try await insert(kept, "dead", 1_998)
+            func counts(_ subscriber: Int64) async throws -> [String: Int64] {
+                var found: [String: Int64] = [:]
+                for try await (status, n) in try await harness.database.query(
+                    "SELECT status, count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(subscriber) GROUP BY status"
+                ).decode((String, Int64).self) { found[status] = n }
+                return found
+            }
+            // The removal's own reads, counted in its transaction: with millions of rows, a read of the whole outbox held
+            // the subscriber's row (and every SET that would notify it) for seconds; so did a read of every subscriber's
+            // pending rows, once a backlog had grown.
+            let (sequentialScans, fetchedByIndex) = try await harness.database.transaction(logger: Harness.logger) { connection in
+                for try await _ in try await connection.query("DELETE FROM risc_subscribers WHERE id = \(removed)", logger: Harness.logger) {}
+                var reads: (Int64, Int64) = (-1, -1)
+                for try await row in try await connection.query(
+                    "SELECT seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relname = 'risc_notifications'",
+                    logger: Harness.logger
+                ).decode((Int64, Int64).self) { reads = row }
+                return reads
+            }
+            #expect(sequentialScans == 0, "the removal read the outbox through its indexes of pending and dead rows")
+            #expect(fetchedByIndex <= 20, "only the removed subscriber's 5, looked up again to be deleted; not the other's 4,000")
+            #expect(try await counts(removed) == ["delivered": 20_000], "its pending and dead notifications went; delivered ones stay")
+            #expect(try await counts(kept) == ["delivered": 20_000, "pending": 2_000, "dead": 2_000])
+            // A replay of a delivered notification of the removed subscriber is refused, and changes nothing.
+            let outbox = NotificationOutbox(client: harness.database, logger: Harness.logger)
+            func first(of subscriber: Int64) async throws -> Int64 {
+                var found: Int64 = -1
+                for try await id in try await harness.database.query(
+                    "SELECT id FROM risc_notifications WHERE subscriber_id = \(subscriber) AND status = 'delivered' ORDER BY id LIMIT 1"
+                ).decode(Int64.self) { found = id }
+                return found
+            }
+            let orphan = try await first(of: removed)
+            #expect(try await outbox.replay(id: orphan) == .subscriberRemoved)
+            let refused = try await harness.call(.POST, "/admin/v1/notifications/\(orphan)/replay", bearer: Harness.adminToken)
+            #expect(refused.status == 409)
+            #expect(refused.body.contains("subscriber was removed"))
+            #expect(try await counts(removed) == ["delivered": 20_000])
+            // One of the subscriber that stays is replayed as before.
+            #expect(try await outbox.replay(id: try await first(of: kept)) == .replayed)
+            #expect(try await outbox.replay(id: Int64.max) == .notFound)
+        }
+    }
+
     @Test("subscribers add|list|remove and notifications list|show|replay from the CLI; https only, except on loopback")
     func commandLine() async throws {
         try await Harness.withIsolatedDatabase(Self.options) { harness in
