@@ -202,6 +202,13 @@ extension Harness {
             """)
     }
 
+    /// The one number a query answers (-1 when it answers no row).
+    func number(_ query: PostgresQuery) async throws -> Int64 {
+        var found: Int64 = -1
+        for try await value in try await database.query(query).decode(Int64.self) { found = value }
+        return found
+    }
+
     /// Leases the oldest `count` notifications for a minute, as dispatchers in flight hold them.
     func leaseOldest(_ count: Int) async throws {
         try await database.query(
@@ -1016,11 +1023,7 @@ struct NotificationTests {
             // The same action applied again, as a worker would: it notifies each subscriber once more.
             let actions = try await harness.revocationActions(jti: jti, sub: sub)
             func count(_ subscriber: Int64) async throws -> Int64 {
-                var found: Int64 = -1
-                for try await n in try await harness.database.query(
-                    "SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(subscriber)"
-                ).decode(Int64.self) { found = n }
-                return found
+                try await harness.number("SELECT count(*)::int8 FROM risc_notifications WHERE subscriber_id = \(subscriber)")
             }
             #expect(try await count(kept) == 1)
             #expect(try await count(removed) == 1)
@@ -1122,11 +1125,8 @@ struct NotificationTests {
             // A replay of a delivered notification of the removed subscriber is refused, and changes nothing.
             let outbox = NotificationOutbox(client: harness.database, logger: Harness.logger)
             func first(of subscriber: Int64) async throws -> Int64 {
-                var found: Int64 = -1
-                for try await id in try await harness.database.query(
-                    "SELECT id FROM risc_notifications WHERE subscriber_id = \(subscriber) AND status = 'delivered' ORDER BY id LIMIT 1"
-                ).decode(Int64.self) { found = id }
-                return found
+                try await harness.number(
+                    "SELECT id FROM risc_notifications WHERE subscriber_id = \(subscriber) AND status = 'delivered' ORDER BY id LIMIT 1")
             }
             let orphan = try await first(of: removed)
             #expect(try await outbox.replay(id: orphan) == .subscriberRemoved)
