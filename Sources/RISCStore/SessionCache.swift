@@ -1,17 +1,18 @@
 import Foundation
 import Logging
 import PostgresNIO
+import RISC
 import ServiceLifecycle
 import Synchronization
 
 /// Valid session checks, kept in memory so the hot path skips the database. Correctness comes from
 /// invalidation, not expiry: every change to a user's sessions or account flags is announced by triggers on
-/// the `risc_sessions` channel (routine risc_user_changed), and the entries of that user are dropped at once.
+/// the `risc_session_changes` channel (routine risc_user_changed), and the entries of those users are dropped at once.
 ///
 /// The cache only answers while its LISTEN connection is up; when the connection drops it is emptied and
 /// bypassed until LISTEN is back, so a missed notification can never leave a revoked session valid.
 public final class SessionCache: Service, Sendable {
-    public static let channel = "risc_sessions"
+    public static let channel = "risc_session_changes"
 
     struct Entry {
         var sub: String
@@ -74,10 +75,6 @@ public final class SessionCache: Service, Sendable {
         }
     }
 
-    func invalidate(sub: String) {
-        invalidate(subs: CollectionOfOne(sub))
-    }
-
     /// Drops these users' entries at once: this process changed them (the inbox applied events on receipt),
     /// so its next check must not wait for the NOTIFY. The trigger tells the other processes.
     public func invalidate(subs: some Collection<String>) {
@@ -104,6 +101,19 @@ public final class SessionCache: Service, Sendable {
             state.epoch &+= 1
             if let entry = state.entries.removeValue(forKey: hash) { state.hashesBySub[entry.sub]?.remove(hash) }
         }
+    }
+
+    /// A payload on the channel: empty is the heartbeat; else a JSON array of the subs a statement changed, or `*` (a
+    /// sub too long to share a payload), which drops everything, as does anything unreadable.
+    func heard(_ payload: String) {
+        guard !payload.isEmpty else { return }
+        guard payload != "*", let listed = try? JSONValue.parse(payload.utf8).arrayValue,
+            case let subs = listed.compactMap(\.stringValue), subs.count == listed.count
+        else {
+            invalidateAll()
+            return
+        }
+        invalidate(subs: subs)
     }
 
     private func setListening(_ listening: Bool) {
@@ -154,12 +164,7 @@ public final class SessionCache: Service, Sendable {
                             self.setListening(true)
                             for try await notification in notifications {
                                 lastHeard.withLock { $0 = .now }
-                                // An empty payload is the heartbeat; `*` (a sub too long for a payload) drops everything.
-                                switch notification.payload {
-                                case "": break
-                                case "*": self.invalidateAll()
-                                default: self.invalidate(sub: notification.payload)
-                                }
+                                self.heard(notification.payload)
                             }
                         }
                     }

@@ -209,6 +209,76 @@ struct SessionCacheTests {
         #expect(reply.error == expected)
     }
 
+    @Test(
+        "A statement that changes many users tells the caches in a few notifications that name them all; a payload the cache cannot read drops everything"
+    )
+    func batchedInvalidation() async throws {
+        // A database of its own: every notification on the channel is this test's.
+        try await Harness.withIsolatedDatabase { harness in
+            let users = 300
+            let prefix = "bulk-\(UUID().uuidString.prefix(8))-"
+            // The users, and one more (`silent`) that the statement below does not change.
+            let silent = "silent-\(prefix)"
+            try await harness.database.query(
+                "INSERT INTO risc_users (sub) SELECT \(prefix) || k FROM generate_series(1, \(users)) AS k UNION ALL SELECT \(silent)")
+            try await harness.database.query(
+                """
+                INSERT INTO risc_sessions (token_hash, sub, expires_at)
+                SELECT sha256((sub || '-token')::bytea), sub, now() + interval '1 hour' FROM risc_users
+                """)
+            let cached = [1, 150, users].map { "\(prefix)\($0)-token" }
+            for token in cached + ["\(silent)-token"] {
+                // Twice: the second answer comes from the cache.
+                #expect(try await harness.checkSession(token).status == 200)
+                #expect(try await harness.checkSession(token).status == 200)
+            }
+            // What the caches hear, until every user has been named.
+            let (listening, started) = AsyncStream.makeStream(of: Void.self)
+            let heard = Task {
+                try await harness.database.withConnection { connection in
+                    try await connection.listen(on: SessionCache.channel) { notifications in
+                        started.yield()
+                        var payloads: [String] = []
+                        var named = Set<String>()
+                        for try await notification in notifications {
+                            payloads.append(notification.payload)
+                            for sub in (try? JSONValue.parse(notification.payload.utf8))?.arrayValue ?? [] {
+                                if let sub = sub.stringValue { named.insert(sub) }
+                            }
+                            if named.count >= users { break }
+                        }
+                        return (payloads, named)
+                    }
+                }
+            }
+            defer { heard.cancel() }
+            var isListening = listening.makeAsyncIterator()
+            _ = await isListening.next()
+
+            try await harness.database.query("UPDATE risc_sessions SET revoked_at = now() WHERE starts_with(sub, \(prefix))")
+            let (payloads, named) = try await withTimeout(Self.invalidationBound) { try await heard.value }
+            #expect(named == Set((1...users).map { "\(prefix)\($0)" }))
+            // About 6,300 bytes of subs: two payloads, each under PostgreSQL's 8,000-byte limit.
+            #expect((1...3).contains(payloads.count), "\(payloads.count) notifications for \(users) users")
+            #expect(payloads.allSatisfy { $0.utf8.count < 8000 })
+            for token in cached { try await expectSoon(harness, token, "session_revoked", status: 401) }
+
+            // A change the caches are not told of, then a payload they cannot read: they drop everything.
+            let token = "\(silent)-token"
+            try await harness.database.query("ALTER TABLE risc_users DISABLE TRIGGER risc_users_updated")
+            try await harness.database.query("UPDATE risc_users SET review_required = true WHERE sub = \(silent)")
+            #expect(try await harness.checkSession(token).json["flags"] == [], "answered from the cache, which was not told")
+            try await harness.database.query("SELECT pg_notify(\(SessionCache.channel), '[\"someone-else\", 1]')")
+            let deadline = ContinuousClock.now + Self.invalidationBound
+            var flags = try await harness.checkSession(token).json["flags"]
+            while flags != ["review_required"], ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+                flags = try await harness.checkSession(token).json["flags"]
+            }
+            #expect(flags == ["review_required"])
+        }
+    }
+
     @Test("A change made elsewhere (another process, an operator's SQL) reaches a cached session at once")
     func invalidation() async throws {
         try await Harness.with { harness in

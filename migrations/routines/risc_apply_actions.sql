@@ -175,7 +175,10 @@ BEGIN
                                    WHERE s.sub = a.sub AND s.revoked_at IS NULL AND s.created_at <= cutoff FOR NO KEY UPDATE);
                 affected := cardinality(sessions);
                 IF enforce THEN
-                    UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id WHERE id = ANY (sessions);
+                    -- Not with none: the statement would still fire the session caches' trigger (risc_user_changed).
+                    IF affected > 0 THEN
+                        UPDATE risc_sessions SET revoked_at = now(), revoked_by_event = event_id WHERE id = ANY (sessions);
+                    END IF;
                     -- ID tokens issued up to the cutoff no longer sign the user in (not counted: no session row).
                     INSERT INTO risc_users AS u (sub, sessions_revoked_before) VALUES (a.sub, cutoff)
                     ON CONFLICT (sub) DO UPDATE SET sessions_revoked_before = EXCLUDED.sessions_revoked_before, updated_at = now()
