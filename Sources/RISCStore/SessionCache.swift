@@ -24,6 +24,12 @@ public final class SessionCache: Service, Sendable {
         var entries: [Data: Entry] = [:]
         var hashesBySub: [String: Set<Data>] = [:]
         var listening = false
+        /// Whether the database's triggers announce changes on this build's channel, in its format, as last checked.
+        /// A build that listens on a channel nobody sends on would hear nothing: a new binary started before
+        /// `migrate`, or the triggers put back by an older build's `migrate`.
+        var triggersSpeakChannel = false
+        /// The cache answers, and keeps what it reads, only while both hold.
+        var answering: Bool { listening && triggersSpeakChannel }
         /// Bumped by every invalidation: a database read that began before one must not be cached after it.
         var epoch: UInt64 = 0
     }
@@ -45,7 +51,7 @@ public final class SessionCache: Service, Sendable {
     /// A cached answer for a token hash, if there is a fresh one.
     func lookup(_ hash: Data, now: Date) -> SessionStore.Lookup? {
         state.withLock { state in
-            guard state.listening, let entry = state.entries[hash] else { return nil }
+            guard state.answering, let entry = state.entries[hash] else { return nil }
             guard ContinuousClock.now - entry.cachedAt < maxAge, case .valid(_, _, let expiresAt, _) = entry.value,
                 expiresAt > now
             else {
@@ -59,13 +65,13 @@ public final class SessionCache: Service, Sendable {
 
     /// The epoch to pass to `store` once the database has answered.
     func currentEpoch() -> UInt64? {
-        state.withLock { $0.listening ? $0.epoch : nil }
+        state.withLock { $0.answering ? $0.epoch : nil }
     }
 
     /// Caches a valid answer read from the database, unless an invalidation arrived since the read began.
     func store(_ hash: Data, sub: String, _ value: SessionStore.Lookup, readAt epoch: UInt64) {
         state.withLock { state in
-            guard state.listening, state.epoch == epoch else { return }
+            guard state.answering, state.epoch == epoch else { return }
             if state.entries.count >= maxEntries {
                 state.entries.removeAll(keepingCapacity: true)
                 state.hashesBySub.removeAll(keepingCapacity: true)
@@ -118,7 +124,23 @@ public final class SessionCache: Service, Sendable {
 
     private func setListening(_ listening: Bool) {
         invalidateAll()
-        state.withLock { $0.listening = listening }
+        state.withLock { state in
+            state.listening = listening
+            // A new connection checks the triggers again before the cache answers.
+            if !listening { state.triggersSpeakChannel = false }
+        }
+    }
+
+    private func setTriggersSpeakChannel(_ speak: Bool) {
+        let stopped = state.withLock { state in
+            defer { state.triggersSpeakChannel = speak }
+            return state.triggersSpeakChannel && !speak
+        }
+        guard stopped else { return }
+        invalidateAll()
+        logger.warning(
+            "The database's session triggers do not announce changes on this build's channel; checking sessions in the database",
+            metadata: ["channel": "\(Self.channel)"])
     }
 
     /// Holds the LISTEN connection; reconnects after a failure, with the cache bypassed meanwhile.
@@ -171,10 +193,18 @@ public final class SessionCache: Service, Sendable {
                 }
                 group.addTask {
                     while true {
-                        try await Task.sleep(for: Self.heartbeatInterval)
-                        _ = try? await self.client.withConnection(timeout: .seconds(2)) { connection in
-                            _ = try await connection.query("SELECT pg_notify(\(Self.channel), '')", logger: self.logger)
+                        // The heartbeat, and whether the triggers still speak this build's channel: checked before
+                        // the cache first answers, then every interval. A failed check leaves the last answer.
+                        let speak = try? await self.client.withConnection(timeout: .seconds(2)) { connection in
+                            try await connection.query(
+                                """
+                                SELECT EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'risc_user_changed' AND strpos(prosrc, \(Self.channel)) > 0)
+                                  FROM (SELECT pg_notify(\(Self.channel), '')) AS heartbeat
+                                """, logger: self.logger
+                            ).collect().first?.decode(Bool.self)
                         }
+                        if let speak { self.setTriggersSpeakChannel(speak) }
+                        try await Task.sleep(for: Self.heartbeatInterval)
                         if ContinuousClock.now - lastHeard.withLock({ $0 }) > Self.heartbeatTimeout {
                             // Closed, not abandoned: a connection whose server vanished would stay leased for good.
                             try? await connection.close()

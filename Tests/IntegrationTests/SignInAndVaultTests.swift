@@ -279,6 +279,38 @@ struct SessionCacheTests {
         }
     }
 
+    @Test("A cache whose database announces changes on another channel (triggers of another build) answers nothing from memory")
+    func triggersOfAnotherBuild() async throws {
+        // A database of its own: its triggers are replaced below.
+        try await Harness.withIsolatedDatabase { harness in
+            let sub = "other-build-\(UUID().uuidString)"
+            let token = try await harness.newSession(sub: sub)
+            // The routine as an older build's `migrate` would put it back: one sub a payload, on the old channel.
+            try await harness.database.query(
+                """
+                CREATE OR REPLACE FUNCTION risc_user_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    PERFORM pg_notify('risc_sessions', sub) FROM (SELECT DISTINCT sub FROM changed) AS c;
+                    RETURN NULL;
+                END
+                $$
+                """)
+            // Each round changes the user's flag, which this cache is not told of, then checks: once the cache has seen
+            // the triggers (within a heartbeat), every check reads the database. Before that, a cached answer is stale.
+            var review = false
+            var consistent = 0
+            let deadline = ContinuousClock.now + Self.invalidationBound
+            while consistent < 5, ContinuousClock.now < deadline {
+                review.toggle()
+                try await harness.database.query("UPDATE risc_users SET review_required = \(review) WHERE sub = \(sub)")
+                let flags = try await harness.checkSession(token).json["flags"]
+                consistent = flags == (review ? ["review_required"] : []) ? consistent + 1 : 0
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(consistent == 5, "the session check kept answering from a cache that is not told of changes")
+        }
+    }
+
     @Test("A change made elsewhere (another process, an operator's SQL) reaches a cached session at once")
     func invalidation() async throws {
         try await Harness.with { harness in
