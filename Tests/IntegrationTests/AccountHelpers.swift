@@ -19,6 +19,28 @@ extension Harness {
         return try await transmitter.makeIDToken(request)
     }
 
+    /// Listens on the session caches' channel as they do; returns once listening, with a task that collects the
+    /// payloads heard until `enough` says so. The caller cancels the task if it stops waiting.
+    func hearSessionChanges(until enough: @escaping @Sendable ([String]) -> Bool) async -> Task<[String], any Error> {
+        let (listening, started) = AsyncStream.makeStream(of: Void.self)
+        let heard = Task {
+            try await database.withConnection { connection in
+                try await connection.listen(on: SessionCache.channel) { notifications in
+                    started.yield()
+                    var payloads: [String] = []
+                    for try await notification in notifications {
+                        payloads.append(notification.payload)
+                        if enough(payloads) { break }
+                    }
+                    return payloads
+                }
+            }
+        }
+        var isListening = listening.makeAsyncIterator()
+        _ = await isListening.next()
+        return heard
+    }
+
     /// Signs in through `POST /tokensignin` with a fresh ID token; returns the reply.
     func signIn(sub: String, json: Bool = false) async throws -> Reply {
         let token = try await idToken(sub: sub)

@@ -191,23 +191,8 @@ struct HardeningTests {
             let sub = String(repeating: "n", count: 9000)
             let token = "long-sub-\(UUID().uuidString)"
             // What the session caches hear (`*` is "drop everything"), until both changes below have been announced.
-            let (listening, started) = AsyncStream.makeStream(of: Void.self)
-            let heard = Task {
-                try await harness.database.withConnection { connection in
-                    try await connection.listen(on: SessionCache.channel) { notifications in
-                        started.yield()
-                        var payloads: [String] = []
-                        for try await notification in notifications {
-                            payloads.append(notification.payload)
-                            if payloads.filter({ $0 == "*" }).count == 2 { break }
-                        }
-                        return payloads
-                    }
-                }
-            }
+            let heard = await harness.hearSessionChanges { $0.filter { $0 == "*" }.count == 2 }
             defer { heard.cancel() }
-            var isListening = listening.makeAsyncIterator()
-            _ = await isListening.next()
 
             try await harness.database.query("INSERT INTO risc_users (sub) VALUES (\(sub))")
             try await harness.database.query(

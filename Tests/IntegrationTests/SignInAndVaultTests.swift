@@ -209,6 +209,17 @@ struct SessionCacheTests {
         #expect(reply.error == expected)
     }
 
+    /// Polls (bounded) until the session check shows `expected` flags; the invalidation travels by NOTIFY.
+    func expectFlagsSoon(_ harness: Harness, _ token: String, _ expected: JSONValue) async throws {
+        let deadline = ContinuousClock.now + Self.invalidationBound
+        var flags = try await harness.checkSession(token).json["flags"]
+        while flags != expected, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+            flags = try await harness.checkSession(token).json["flags"]
+        }
+        #expect(flags == expected)
+    }
+
     @Test(
         "A statement that changes many users tells the caches in a few notifications that name them all; a payload the cache cannot read drops everything"
     )
@@ -233,31 +244,15 @@ struct SessionCacheTests {
                 #expect(try await harness.checkSession(token).status == 200)
             }
             // What the caches hear, until every user has been named.
-            let (listening, started) = AsyncStream.makeStream(of: Void.self)
-            let heard = Task {
-                try await harness.database.withConnection { connection in
-                    try await connection.listen(on: SessionCache.channel) { notifications in
-                        started.yield()
-                        var payloads: [String] = []
-                        var named = Set<String>()
-                        for try await notification in notifications {
-                            payloads.append(notification.payload)
-                            for sub in (try? JSONValue.parse(notification.payload.utf8))?.arrayValue ?? [] {
-                                if let sub = sub.stringValue { named.insert(sub) }
-                            }
-                            if named.count >= users { break }
-                        }
-                        return (payloads, named)
-                    }
-                }
+            @Sendable func named(_ payloads: [String]) -> Set<String> {
+                Set(payloads.flatMap { (try? JSONValue.parse($0.utf8))?.arrayValue?.compactMap(\.stringValue) ?? [] })
             }
+            let heard = await harness.hearSessionChanges { named($0).count >= users }
             defer { heard.cancel() }
-            var isListening = listening.makeAsyncIterator()
-            _ = await isListening.next()
 
             try await harness.database.query("UPDATE risc_sessions SET revoked_at = now() WHERE starts_with(sub, \(prefix))")
-            let (payloads, named) = try await withTimeout(Self.invalidationBound) { try await heard.value }
-            #expect(named == Set((1...users).map { "\(prefix)\($0)" }))
+            let payloads = try await withTimeout(Self.invalidationBound) { try await heard.value }
+            #expect(named(payloads) == Set((1...users).map { "\(prefix)\($0)" }))
             // About 6,300 bytes of subs: two payloads, each under PostgreSQL's 8,000-byte limit.
             #expect((1...3).contains(payloads.count), "\(payloads.count) notifications for \(users) users")
             #expect(payloads.allSatisfy { $0.utf8.count < 8000 })
@@ -269,13 +264,7 @@ struct SessionCacheTests {
             try await harness.database.query("UPDATE risc_users SET review_required = true WHERE sub = \(silent)")
             #expect(try await harness.checkSession(token).json["flags"] == [], "answered from the cache, which was not told")
             try await harness.database.query("SELECT pg_notify(\(SessionCache.channel), '[\"someone-else\", 1]')")
-            let deadline = ContinuousClock.now + Self.invalidationBound
-            var flags = try await harness.checkSession(token).json["flags"]
-            while flags != ["review_required"], ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(5))
-                flags = try await harness.checkSession(token).json["flags"]
-            }
-            #expect(flags == ["review_required"])
+            try await expectFlagsSoon(harness, token, ["review_required"])
         }
     }
 
@@ -328,13 +317,7 @@ struct SessionCacheTests {
 
             try await harness.database.query(
                 "UPDATE risc_users SET credential_change_required = true WHERE sub = \(sub)")
-            let deadline = ContinuousClock.now + Self.invalidationBound
-            var flags = try await harness.checkSession(deleted).json["flags"]
-            while flags != ["credential_change_required"], ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(5))
-                flags = try await harness.checkSession(deleted).json["flags"]
-            }
-            #expect(flags == ["credential_change_required"])
+            try await expectFlagsSoon(harness, deleted, ["credential_change_required"])
 
             try await harness.database.query("DELETE FROM risc_sessions WHERE token_hash = \(SessionStore.tokenHash(deleted))")
             try await expectSoon(harness, deleted, "invalid_session", status: 401)
