@@ -76,16 +76,16 @@ DECLARE
     solo_counts     integer[];
 BEGIN
     -- One statement takes every lock, in the order of the sort: the function is volatile, so it runs on the rows as
-    -- sorted.
-    PERFORM risc_lock_user(l.sub) FROM (SELECT DISTINCT hashtext(u.sub) AS lock_key, u.sub COLLATE "C" AS sub FROM (
-            SELECT x.sub FROM jsonb_to_recordset(actions) AS x(sub text) WHERE x.sub IS NOT NULL
+    -- sorted. The actions are read out of the JSON once, for the three branches.
+    PERFORM risc_lock_user(l.sub) FROM (
+        WITH x AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(actions) AS x(kind text, sub text, argument text, client_ids jsonb))
+        SELECT DISTINCT hashtext(u.sub) AS lock_key, u.sub COLLATE "C" AS sub FROM (
+            SELECT x.sub FROM x WHERE x.sub IS NOT NULL
             UNION ALL
-            SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
-              JOIN risc_grants g ON g.token_prefix = x.argument
+            SELECT g.sub FROM x JOIN risc_grants g ON g.token_prefix = x.argument
              WHERE x.kind = 'delete_grant_by_prefix' AND g.client_id IN (SELECT jsonb_array_elements_text(x.client_ids))
             UNION ALL
-            SELECT g.sub FROM jsonb_to_recordset(actions) AS x(kind text, argument text, client_ids jsonb)
-              JOIN risc_grants g ON g.token_hash = x.argument
+            SELECT g.sub FROM x JOIN risc_grants g ON g.token_hash = x.argument
              WHERE x.kind = 'delete_grant_by_hash' AND g.client_id IN (SELECT jsonb_array_elements_text(x.client_ids))
         ) AS u) AS l
         ORDER BY l.lock_key, l.sub;
@@ -95,25 +95,32 @@ BEGIN
     -- below would (no other action of the batch can touch its user's rows, so neither the order nor staleness, which
     -- takes an account-state change of the same event and user, come into it). Every other action goes through the
     -- loop.
-    SELECT array_agg(x.n ORDER BY x.sub COLLATE "C", e.id, x.n), array_agg(e.id ORDER BY x.sub COLLATE "C", e.id, x.n),
-           array_agg(x.position ORDER BY x.sub COLLATE "C", e.id, x.n), array_agg(x.sub ORDER BY x.sub COLLATE "C", e.id, x.n),
-           array_agg(NULLIF(x.argument, '') ORDER BY x.sub COLLATE "C", e.id, x.n),
-           array_agg(e.received_at ORDER BY x.sub COLLATE "C", e.id, x.n)
+    -- The rows are sorted once, for all six arrays: the aggregates read them in one pass, so their elements line up.
+    -- (An ORDER BY in each aggregate sorted them six times.)
+    SELECT array_agg(r.n), array_agg(r.event), array_agg(r.position), array_agg(r.sub), array_agg(r.detail), array_agg(r.received_at)
       INTO solo_places, solo_events, solo_positions, solo_subs, solo_details, solo_cutoffs
-      FROM (SELECT y.*, count(*) OVER (PARTITION BY y.sub) AS actions_of_user
-              FROM ROWS FROM (jsonb_to_recordset(actions) AS (event bigint, position integer, kind text, sub text, argument text))
-                   WITH ORDINALITY AS y(event, position, kind, sub, argument, n)) AS x
-      JOIN risc_events e ON e.id = CASE WHEN event_ids IS NULL THEN x.event ELSE event_ids[x.event::int] END
-     WHERE x.kind = 'revoke_sessions' AND x.sub IS NOT NULL AND x.actions_of_user = 1 AND NOT (coalesce(as_replay, enforce) AND e.shadow);
+      FROM (SELECT x.n, e.id AS event, x.position, x.sub, NULLIF(x.argument, '') AS detail, e.received_at
+              FROM (SELECT y.*, count(*) OVER (PARTITION BY y.sub COLLATE "C") AS actions_of_user
+                      FROM ROWS FROM (jsonb_to_recordset(actions) AS (event bigint, position integer, kind text, sub text, argument text))
+                           WITH ORDINALITY AS y(event, position, kind, sub, argument, n)) AS x
+              JOIN risc_events e ON e.id = CASE WHEN event_ids IS NULL THEN x.event ELSE event_ids[x.event::int] END
+             WHERE x.kind = 'revoke_sessions' AND x.sub IS NOT NULL AND x.actions_of_user = 1
+               AND NOT (coalesce(as_replay, enforce) AND e.shadow)
+             ORDER BY x.sub COLLATE "C", e.id, x.n) AS r;
     IF solo_places IS NOT NULL THEN
         solo_sessions := ARRAY(SELECT s.id FROM risc_sessions s
                                  JOIN unnest(solo_subs, solo_cutoffs) AS r(sub, cutoff) ON s.sub = r.sub
                                 WHERE s.revoked_at IS NULL AND s.created_at <= r.cutoff
                                 ORDER BY s.id FOR NO KEY UPDATE OF s);
-        SELECT array_agg(coalesce(c.n, 0) ORDER BY r.place) INTO solo_counts
-          FROM unnest(solo_subs) WITH ORDINALITY AS r(sub, place)
-          LEFT JOIN (SELECT s.sub, count(*)::int AS n FROM risc_sessions s WHERE s.id = ANY (solo_sessions) GROUP BY s.sub) AS c
-                 ON c.sub = r.sub;
+        -- Without a session to end (users new to us, the usual case), every count is 0, and no statement is run for it.
+        IF cardinality(solo_sessions) = 0 THEN
+            solo_counts := array_fill(0, ARRAY[cardinality(solo_places)]);
+        ELSE
+            SELECT array_agg(coalesce(c.n, 0) ORDER BY r.place) INTO solo_counts
+              FROM unnest(solo_subs) WITH ORDINALITY AS r(sub, place)
+              LEFT JOIN (SELECT s.sub, count(*)::int AS n FROM risc_sessions s WHERE s.id = ANY (solo_sessions) GROUP BY s.sub) AS c
+                     ON c.sub = r.sub;
+        END IF;
         IF enforce THEN
             IF cardinality(solo_sessions) > 0 THEN
                 UPDATE risc_sessions s SET revoked_at = now(), revoked_by_event = r.event
@@ -139,7 +146,10 @@ BEGIN
           FROM ROWS FROM (jsonb_to_recordset(actions)
                           AS (event bigint, position integer, kind text, sub text, argument text, client_ids jsonb))
                WITH ORDINALITY AS x(event, position, kind, sub, argument, client_ids, n)
-         WHERE (event_ids IS NULL OR event_ids[x.event::int] IS NOT NULL) AND NOT (x.n = ANY (coalesce(solo_places, '{}')))
+         -- The first condition names no row, so it is checked once, before the actions are read: when every action
+         -- was a lone revocation (the usual batch), the loop's query reads nothing.
+         WHERE coalesce(cardinality(solo_places), 0) < jsonb_array_length(actions)
+           AND (event_ids IS NULL OR event_ids[x.event::int] IS NOT NULL) AND NOT (x.n = ANY (coalesce(solo_places, '{}')))
          ORDER BY coalesce(x.sub, '') COLLATE "C", 1, x.n
     LOOP
         IF event_id IS DISTINCT FROM a.event THEN
