@@ -80,8 +80,9 @@ public struct AdminReports: BoundedStore {
             return Int(count)
         }
         // Then every stored event is counted, twice: at ten million events that takes seconds, more than
-        // RISC_DATABASE_TIMEOUT, so the counts have a bound of their own.
-        return try await client.withConnection(timeout: max(timeout, Self.countTimeout)) { connection in
+        // RISC_DATABASE_TIMEOUT, so the counts have a bound of their own, as long as the database answers.
+        return try await client.withConnection(timeout: timeout, whileAnswering: max(timeout, Self.countTimeout), logger: logger) {
+            connection in
             var byStatus: [EventStatus: Int] = [:]
             for try await (status, count) in try await connection.query(
                 "SELECT status, count(*)::int8 FROM risc_events GROUP BY status", logger: logger

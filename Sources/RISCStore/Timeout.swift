@@ -158,6 +158,24 @@ extension PostgresClient {
         }
     }
 
+    /// `withConnection(timeout:)` for work that may rightly take longer than a call's bound (counting every stored
+    /// event): it has `limit` in all, but only while the database answers. Throughout, `SELECT 1` on another
+    /// connection runs again and again under `timeout`; the first that fails ends the work with its error. A
+    /// database gone silent under it ends it within `timeout` and a quarter second, as it ends any other call.
+    public func withConnection<Result: Sendable>(
+        timeout: Duration, whileAnswering limit: Duration, logger: Logger,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> Result
+    ) async throws -> Result {
+        try await race({ try await self.withConnection(timeout: limit, body) }) {
+            while true {
+                try await Task.sleep(for: .milliseconds(250))
+                _ = try await self.withConnection(timeout: timeout) { connection in
+                    try await connection.query("SELECT 1", logger: logger)
+                }
+            }
+        }
+    }
+
     /// `transaction`, bounded as `withConnection(timeout:)` is.
     public func transaction<Result: Sendable>(
         timeout: Duration, logger: Logger, _ body: @escaping @Sendable (PostgresConnection) async throws -> Result

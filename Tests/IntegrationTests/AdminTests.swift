@@ -40,6 +40,50 @@ struct AdminTests {
         }
     }
 
+    @Test("stats's long counts end within RISC_DATABASE_TIMEOUT of the database going silent (found by the network-fault suite)")
+    func statsWhenTheDatabaseGoesSilent() async throws {
+        try await IsolatedDatabase.with { database in
+            // Enough events that the counts are still running when the database goes silent under them.
+            try await database.client.query(
+                """
+                INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at, status, completed_at)
+                SELECT 'https://issuer.test/', 'silent-' || k, ARRAY['https://schemas.openid.net/secevent/risc/event-type/sessions-revoked'],
+                       '[]', '{}', now(), 'done', now()
+                FROM generate_series(1, 1000000) AS k
+                """, logger: Harness.logger)
+            try await FaultProxy.with(in: database.url) { proxy, proxiedURL in
+                let client = PostgresClient(configuration: try DatabaseURL.configuration(from: proxiedURL), backgroundLogger: Harness.logger)
+                try await client.whileRunning { client in
+                    let timeout = Duration.seconds(2)
+                    let reports = AdminReports(client: client, timeout: timeout, logger: Harness.logger)
+                    let stats = Task { try await reports.stats() }
+                    try await eventually("the counts run", timeout: .seconds(30)) {
+                        var running = false
+                        for try await _ in try await database.client.query(
+                            "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%count(*)::int8 FROM risc_events%GROUP BY%'",
+                            logger: Harness.logger)
+                        {
+                            running = true
+                        }
+                        return running
+                    }
+                    try await proxy.send("blackhole")
+                    let silent = ContinuousClock.now
+                    // Heard again well past the bound: until then only a bound of the counts' own would end the call.
+                    let heal = Task {
+                        try await Task.sleep(for: timeout + .seconds(4))
+                        try await proxy.send("forward")
+                    }
+                    let outcome = await stats.result
+                    let waited = ContinuousClock.now - silent
+                    try await heal.value
+                    #expect(throws: TimeoutError.self) { try outcome.get() }
+                    #expect(waited < timeout + .seconds(1), "stats answered \(waited) after the database went silent")
+                }
+            }
+        }
+    }
+
     @Test("No token, a wrong token and a one-byte-different token are 401; without RISC_ADMIN_TOKEN the routes do not exist")
     func authentication() async throws {
         try await Harness.with { harness in
