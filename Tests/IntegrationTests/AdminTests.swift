@@ -71,14 +71,15 @@ struct AdminTests {
                     let silent = ContinuousClock.now
                     // Heard again well past the bound: until then only a bound of the counts' own would end the call.
                     let heal = Task {
-                        try await Task.sleep(for: timeout + .seconds(4))
+                        try await Task.sleep(for: timeout + .seconds(10))
                         try await proxy.send("forward")
                     }
                     let outcome = await stats.result
                     let waited = ContinuousClock.now - silent
                     try await heal.value
                     #expect(throws: TimeoutError.self) { try outcome.get() }
-                    #expect(waited < timeout + .seconds(1), "stats answered \(waited) after the database went silent")
+                    // Seconds of slack: with every other test running beside it, the end of a probe can come late.
+                    #expect(waited < timeout + .seconds(4), "stats answered \(waited) after the database went silent")
                 }
             }
         }
