@@ -21,18 +21,23 @@ struct AdminTests {
         try await harness.call(method, path, bearer: Harness.adminToken)
     }
 
+    /// A million finished sessions-revoked events, written by one statement.
+    static func storeAMillionDoneEvents(in client: PostgresClient) async throws {
+        try await client.query(
+            """
+            INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at, status, completed_at)
+            SELECT 'https://issuer.test/', 'large-' || k, ARRAY['https://schemas.openid.net/secevent/risc/event-type/sessions-revoked'],
+                   '[]', '{}', now(), 'done', now()
+            FROM generate_series(1, 1000000) AS k
+            """, logger: Harness.logger)
+    }
+
     @Test("stats counts a large table past RISC_DATABASE_TIMEOUT: only reaching the database has that bound")
     func statsOfALargeTable() async throws {
         try await Harness.withIsolatedDatabase { harness in
             // A million stored events: counting them (by status, then by type) takes far longer than the bound below,
             // as ten million took longer than the default 5 s.
-            try await harness.database.query(
-                """
-                INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at, status, completed_at)
-                SELECT 'https://issuer.test/', 'large-' || k, ARRAY['https://schemas.openid.net/secevent/risc/event-type/sessions-revoked'],
-                       '[]', '{}', now(), 'done', now()
-                FROM generate_series(1, 1000000) AS k
-                """)
+            try await Self.storeAMillionDoneEvents(in: harness.database)
             let reports = AdminReports(client: harness.database, timeout: .milliseconds(300), logger: Harness.logger)
             let stats = try await reports.stats()
             #expect(stats.byStatus[.done] == 1_000_000)
@@ -44,13 +49,7 @@ struct AdminTests {
     func statsWhenTheDatabaseGoesSilent() async throws {
         try await IsolatedDatabase.with { database in
             // Enough events that the counts are still running when the database goes silent under them.
-            try await database.client.query(
-                """
-                INSERT INTO risc_events (issuer, jti, event_types, events, claims, issued_at, status, completed_at)
-                SELECT 'https://issuer.test/', 'silent-' || k, ARRAY['https://schemas.openid.net/secevent/risc/event-type/sessions-revoked'],
-                       '[]', '{}', now(), 'done', now()
-                FROM generate_series(1, 1000000) AS k
-                """, logger: Harness.logger)
+            try await Self.storeAMillionDoneEvents(in: database.client)
             try await FaultProxy.with(in: database.url) { proxy, proxiedURL in
                 let client = PostgresClient(configuration: try DatabaseURL.configuration(from: proxiedURL), backgroundLogger: Harness.logger)
                 try await client.whileRunning { client in
